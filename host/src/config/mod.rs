@@ -1,0 +1,327 @@
+//! Loading and checking a pipeline file. Every error names the file, the line
+//! and what to change.
+
+mod interpolate;
+mod locate;
+pub mod model;
+
+pub use model::{EndpointKind, EndpointSpec, Format, PipelineSpec};
+
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// The pipeline file's text, kept so later checks can point at lines in it.
+#[derive(Debug, Clone)]
+pub struct PipelineFile {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl PipelineFile {
+    /// An error located at the key `path` of the document (or the file alone).
+    pub fn error_at(&self, key_path: &[&str], message: impl std::fmt::Display) -> anyhow::Error {
+        match locate::line_of(&self.text, key_path) {
+            Some(line) => anyhow!("{}:{line}: {message}", self.path.display()),
+            None => anyhow!("{}: {message}", self.path.display()),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(Path::new("."))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ComponentRef {
+    Builtin(String),
+    File(PathBuf),
+}
+
+#[derive(Debug)]
+pub struct NodeConfig {
+    pub index: usize,
+    pub name: String,
+    pub component: ComponentRef,
+    /// The `options` mapping as a JSON object.
+    pub options_json: String,
+    /// (name the component uses, endpoint name).
+    pub grants: Vec<(String, String)>,
+    pub concurrency: usize,
+}
+
+#[derive(Debug)]
+pub struct DataFile {
+    pub path: PathBuf,
+    pub format: Format,
+}
+
+#[derive(Debug)]
+pub struct Pipeline {
+    pub file: PipelineFile,
+    pub source: DataFile,
+    pub endpoints: BTreeMap<String, EndpointSpec>,
+    pub nodes: Vec<NodeConfig>,
+    pub sinks: Vec<DataFile>,
+    pub audit_path: PathBuf,
+}
+
+const AUDIT_FILE_NAME: &str = "weir-audit.sqlite";
+
+/// Reads, interpolates from the process environment, parses and checks.
+pub fn load(path: &Path) -> Result<Pipeline> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    load_text(path, &raw, |name| std::env::var(name).ok())
+}
+
+pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -> Result<Pipeline> {
+    let text = interpolate::interpolate(raw, env)
+        .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    let file = PipelineFile {
+        path: path.to_path_buf(),
+        text,
+    };
+    let spec: PipelineSpec =
+        serde_yaml::from_str(&file.text).map_err(|e| parse_error(&file, &e))?;
+    resolve(file, spec)
+}
+
+fn parse_error(file: &PipelineFile, err: &serde_yaml::Error) -> anyhow::Error {
+    match err.location() {
+        Some(loc) => anyhow!(
+            "{}:{}:{}: {}",
+            file.path.display(),
+            loc.line(),
+            loc.column(),
+            strip_location(&err.to_string())
+        ),
+        None => anyhow!("{}: {err}", file.path.display()),
+    }
+}
+
+/// serde_yaml appends " at line L column C"; the prefix already says where.
+fn strip_location(message: &str) -> &str {
+    match message.rfind(" at line ") {
+        Some(cut) => &message[..cut],
+        None => message,
+    }
+}
+
+fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
+    let source = DataFile {
+        path: existing_file(&file, &["source", "path"], &spec.source.path, "source")?,
+        format: format_of(&file, &["source"], &spec.source.path, spec.source.format)?,
+    };
+    for (name, endpoint) in &spec.endpoints {
+        check_endpoint(&file, name, endpoint)?;
+    }
+    let nodes = resolve_nodes(&file, &spec)?;
+    if spec.sinks.is_empty() {
+        return Err(file.error_at(
+            &["sinks"],
+            "at least one sink is needed, e.g. `- path: out.csv`",
+        ));
+    }
+    let mut sinks = Vec::new();
+    for (i, sink) in spec.sinks.iter().enumerate() {
+        let key = i.to_string();
+        sinks.push(DataFile {
+            path: file.dir().join(&sink.path),
+            format: format_of(&file, &["sinks", &key], &sink.path, sink.format)?,
+        });
+    }
+    let audit_path = match &spec.audit.path {
+        Some(p) => file.dir().join(p),
+        None => sinks[0]
+            .path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(AUDIT_FILE_NAME),
+    };
+    Ok(Pipeline {
+        source,
+        endpoints: spec.endpoints,
+        nodes,
+        sinks,
+        audit_path,
+        file,
+    })
+}
+
+fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeConfig>> {
+    let mut names = HashSet::new();
+    let mut nodes = Vec::new();
+    for (index, t) in spec.transforms.iter().enumerate() {
+        let key = index.to_string();
+        let at = |field: &str, msg: String| file.error_at(&["transforms", &key, field], msg);
+        if t.name.trim().is_empty() {
+            return Err(at("name", "a transform needs a non-empty name".into()));
+        }
+        if !names.insert(t.name.clone()) {
+            return Err(at(
+                "name",
+                format!(
+                    "transform name `{}` is used twice; names must be unique",
+                    t.name
+                ),
+            ));
+        }
+        let component = if t.component.ends_with(".wasm") || t.component.contains('/') {
+            ComponentRef::File(existing_file(
+                file,
+                &["transforms", &key, "component"],
+                &t.component,
+                "component",
+            )?)
+        } else {
+            ComponentRef::Builtin(t.component.clone())
+        };
+        let options_json = match &t.options {
+            None => "{}".to_string(),
+            Some(value @ serde_yaml::Value::Mapping(_)) => {
+                serde_json::to_string(value).map_err(|e| {
+                    at(
+                        "options",
+                        format!("options cannot be turned into JSON: {e}"),
+                    )
+                })?
+            }
+            Some(_) => {
+                return Err(at(
+                    "options",
+                    "options must be a mapping of option names to values".into(),
+                ));
+            }
+        };
+        let grants = t.endpoints.pairs();
+        let mut pool_total = 0;
+        for (_, endpoint) in &grants {
+            match spec.endpoints.get(endpoint) {
+                Some(e) => pool_total += e.pool_size,
+                None => {
+                    let declared: Vec<&str> = spec.endpoints.keys().map(String::as_str).collect();
+                    return Err(at(
+                        "endpoints",
+                        format!(
+                            "endpoint `{endpoint}` is not declared under `endpoints:` (declared: {})",
+                            if declared.is_empty() {
+                                "none".to_string()
+                            } else {
+                                declared.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+        }
+        let concurrency = match t.concurrency {
+            Some(0) => return Err(at("concurrency", "concurrency must be at least 1".into())),
+            Some(c) => c,
+            None if pool_total > 0 => pool_total * 2,
+            None => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        };
+        nodes.push(NodeConfig {
+            index,
+            name: t.name.clone(),
+            component,
+            options_json,
+            grants,
+            concurrency,
+        });
+    }
+    Ok(nodes)
+}
+
+fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<()> {
+    let at = |field: &str, msg: String| file.error_at(&["endpoints", name, field], msg);
+    if e.pool_size == 0 {
+        return Err(at(
+            "pool_size",
+            format!("endpoint `{name}`: pool_size must be at least 1"),
+        ));
+    }
+    for (field, value) in [
+        ("max_capacity_retry_seconds", e.max_capacity_retry_seconds),
+        ("request_timeout_seconds", e.request_timeout_seconds),
+        ("connect_timeout_seconds", e.connect_timeout_seconds),
+    ] {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(at(
+                field,
+                format!("endpoint `{name}`: {field} must be a positive number of seconds"),
+            ));
+        }
+    }
+    if let Some(url) = &e.base_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(at(
+            "base_url",
+            format!("endpoint `{name}`: base_url must start with http:// or https://, got `{url}`"),
+        ));
+    }
+    match e.kind {
+        EndpointKind::Openai => {}
+        EndpointKind::AzureOpenai => {
+            for (field, value) in [
+                ("base_url", &e.base_url),
+                ("deployment", &e.deployment),
+                ("api_version", &e.api_version),
+                ("api_key", &e.api_key),
+            ] {
+                if value.is_none() {
+                    bail!(file.error_at(
+                        &["endpoints", name],
+                        format!("endpoint `{name}` of kind azure-openai needs `{field}`")
+                    ));
+                }
+            }
+        }
+        EndpointKind::Http => {
+            if e.base_url.is_none() {
+                bail!(file.error_at(
+                    &["endpoints", name],
+                    format!("endpoint `{name}` of kind http needs `base_url`")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn existing_file(file: &PipelineFile, key: &[&str], relative: &str, what: &str) -> Result<PathBuf> {
+    let path = file.dir().join(relative);
+    if !path.is_file() {
+        return Err(file.error_at(
+            key,
+            format!(
+                "{what} file `{relative}` not found (looked for {})",
+                path.display()
+            ),
+        ));
+    }
+    Ok(path)
+}
+
+fn format_of(
+    file: &PipelineFile,
+    key: &[&str],
+    path: &str,
+    given: Option<Format>,
+) -> Result<Format> {
+    if let Some(format) = given {
+        return Ok(format);
+    }
+    match Path::new(path).extension().and_then(|e| e.to_str()) {
+        Some("csv") => Ok(Format::Csv),
+        Some("jsonl") | Some("ndjson") => Ok(Format::Jsonl),
+        _ => Err(file.error_at(
+            key,
+            format!("cannot tell the format of `{path}` from its extension; add `format: csv` or `format: jsonl`"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

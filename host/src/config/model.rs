@@ -1,0 +1,156 @@
+//! The pipeline file's shape. Every struct refuses unknown keys so that a typo
+//! is an error at its line rather than a setting silently ignored.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSpec {
+    pub source: SourceSpec,
+    #[serde(default)]
+    pub endpoints: BTreeMap<String, EndpointSpec>,
+    #[serde(default)]
+    pub transforms: Vec<TransformSpec>,
+    pub sinks: Vec<SinkSpec>,
+    #[serde(default)]
+    pub audit: AuditSpec,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Csv,
+    Jsonl,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSpec {
+    /// Relative to the pipeline file.
+    pub path: String,
+    /// Taken from the extension when absent.
+    #[serde(default)]
+    pub format: Option<Format>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkSpec {
+    pub path: String,
+    #[serde(default)]
+    pub format: Option<Format>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndpointKind {
+    /// OpenAI-compatible chat completions: OpenAI, OpenRouter, vLLM, Ollama, …
+    #[default]
+    Openai,
+    /// Azure OpenAI deployments (`api-key` header, deployment in the URL).
+    AzureOpenai,
+    /// A plain JSON-over-HTTP POST to `base_url` as given.
+    Http,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    #[serde(default)]
+    pub kind: EndpointKind,
+    /// `openai`: defaults to https://api.openai.com/v1. Required otherwise.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// `azure-openai` only.
+    #[serde(default)]
+    pub deployment: Option<String>,
+    /// `azure-openai` only.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Extra request headers (e.g. OpenRouter's `HTTP-Referer`); never shown to guests.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Requests in flight at once across every node and row using this endpoint.
+    #[serde(default = "defaults::pool_size")]
+    pub pool_size: usize,
+    /// How long capacity errors (429/503/529) are retried, from the first attempt.
+    #[serde(default = "defaults::max_capacity_retry_seconds")]
+    pub max_capacity_retry_seconds: f64,
+    /// Retries of transient failures (other 5xx, timeouts, broken connections).
+    #[serde(default = "defaults::max_retries")]
+    pub max_retries: u32,
+    #[serde(default = "defaults::request_timeout_seconds")]
+    pub request_timeout_seconds: f64,
+    #[serde(default = "defaults::connect_timeout_seconds")]
+    pub connect_timeout_seconds: f64,
+}
+
+pub mod defaults {
+    pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+    pub fn pool_size() -> usize {
+        8
+    }
+    pub fn max_capacity_retry_seconds() -> f64 {
+        3600.0
+    }
+    pub fn max_retries() -> u32 {
+        3
+    }
+    pub fn request_timeout_seconds() -> f64 {
+        120.0
+    }
+    pub fn connect_timeout_seconds() -> f64 {
+        10.0
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformSpec {
+    pub name: String,
+    /// A built-in name (`llm`) or a path to a `.wasm` component.
+    pub component: String,
+    /// Handed to the component's `configure` as a JSON object.
+    #[serde(default)]
+    pub options: Option<serde_yaml::Value>,
+    /// The endpoints this node may call: a list of endpoint names, or a map
+    /// from the name the component uses to the endpoint's name.
+    #[serde(default)]
+    pub endpoints: Grants,
+    /// Rows in flight in this node at once; defaults to twice the pool sizes
+    /// of its endpoints, so the pools never wait for rows.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(untagged)]
+pub enum Grants {
+    #[default]
+    None,
+    List(Vec<String>),
+    Aliased(BTreeMap<String, String>),
+}
+
+impl Grants {
+    /// (name the component uses, endpoint name) pairs.
+    pub fn pairs(&self) -> Vec<(String, String)> {
+        match self {
+            Grants::None => Vec::new(),
+            Grants::List(names) => names.iter().map(|n| (n.clone(), n.clone())).collect(),
+            Grants::Aliased(map) => map.iter().map(|(a, n)| (a.clone(), n.clone())).collect(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AuditSpec {
+    /// Defaults to `weir-audit.sqlite` beside the first sink.
+    #[serde(default)]
+    pub path: Option<String>,
+}

@@ -1,0 +1,141 @@
+use super::*;
+
+/// A temporary folder holding a pipeline file and an input file.
+fn setup(yaml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("in.csv"), "id,text\n1,a\n").unwrap();
+    let path = dir.path().join("pipeline.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    (dir, path)
+}
+
+fn load_with(yaml: &str, env: &[(&str, &str)]) -> Result<Pipeline> {
+    let (_dir, path) = setup(yaml);
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    load_text(&path, yaml, |name| {
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    })
+}
+
+const GOOD: &str = "\
+source:
+  path: in.csv
+endpoints:
+  llm:
+    api_key: ${KEY}
+    pool_size: 4
+transforms:
+  - name: classify
+    component: llm
+    endpoints: [llm]
+    options:
+      template: 'Say {{ row.text }}'
+      temperature: 0
+sinks:
+  - path: out/result.jsonl
+";
+
+#[test]
+fn a_good_file_resolves() {
+    let p = load_with(GOOD, &[("KEY", "sk-1")]).unwrap();
+    assert_eq!(p.source.format, Format::Csv);
+    assert_eq!(p.endpoints["llm"].api_key.as_deref(), Some("sk-1"));
+    assert_eq!(p.endpoints["llm"].max_capacity_retry_seconds, 3600.0);
+    let node = &p.nodes[0];
+    assert_eq!(node.component, ComponentRef::Builtin("llm".into()));
+    assert_eq!(node.grants, vec![("llm".to_string(), "llm".to_string())]);
+    assert_eq!(node.concurrency, 8);
+    let options: serde_json::Value = serde_json::from_str(&node.options_json).unwrap();
+    assert_eq!(options["temperature"], 0);
+    assert_eq!(p.sinks[0].format, Format::Jsonl);
+    assert!(p.audit_path.ends_with("out/weir-audit.sqlite"));
+}
+
+#[test]
+fn missing_key_names_the_variable_and_line() {
+    let err = load_with(GOOD, &[]).unwrap_err().to_string();
+    assert!(
+        err.contains("pipeline.yaml:5: environment variable KEY is not set"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_point_at_their_line() {
+    let typo = GOOD.replace("pool_size: 4", "pool_sise: 4");
+    let err = load_with(&typo, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(err.contains("pipeline.yaml:6:"), "{err}");
+    assert!(err.contains("unknown field `pool_sise`"), "{err}");
+
+    let wrong = GOOD.replace("pool_size: 4", "pool_size: many");
+    let err = load_with(&wrong, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(err.contains("pipeline.yaml:6:"), "{err}");
+    assert!(err.contains("invalid type"), "{err}");
+}
+
+#[test]
+fn semantic_errors_are_located() {
+    let undeclared = GOOD.replace("endpoints: [llm]", "endpoints: [gpt]");
+    let err = load_with(&undeclared, &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.yaml:10: endpoint `gpt` is not declared"),
+        "{err}"
+    );
+    assert!(err.contains("declared: llm"), "{err}");
+
+    let missing = GOOD.replace("path: in.csv", "path: nope.csv");
+    let err = load_with(&missing, &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.yaml:2: source file `nope.csv` not found"),
+        "{err}"
+    );
+
+    let no_format = GOOD.replace("out/result.jsonl", "out/result.txt");
+    let err = load_with(&no_format, &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pipeline.yaml:15:"), "{err}");
+    assert!(err.contains("format: csv"), "{err}");
+
+    let zero = GOOD.replace("pool_size: 4", "pool_size: 0");
+    let err = load_with(&zero, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(
+        err.contains("pipeline.yaml:6: endpoint `llm`: pool_size must be at least 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn duplicate_transform_names_are_refused() {
+    let twice = GOOD.replace("sinks:", "  - name: classify\n    component: llm\nsinks:");
+    let err = load_with(&twice, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(
+        err.contains("pipeline.yaml:14: transform name `classify` is used twice"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_yaml_is_located() {
+    let err = load_with("source:\n  path: [in.csv\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pipeline.yaml:"), "{err}");
+}
+
+#[test]
+fn azure_endpoints_need_their_settings() {
+    let azure = GOOD.replace(
+        "    api_key: ${KEY}\n",
+        "    kind: azure-openai\n    api_key: ${KEY}\n",
+    );
+    let err = load_with(&azure, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(err.contains("needs `base_url`"), "{err}");
+}

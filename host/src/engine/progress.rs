@@ -1,0 +1,72 @@
+//! The progress bar on a terminal. The total is counted on a side thread so
+//! that the first rows never wait for a large file to be scanned.
+
+use crate::config::{DataFile, Format};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{BufRead, BufReader};
+
+pub struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    pub fn start(source: &DataFile, visible: bool) -> Self {
+        let bar = if visible {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} rows ({per_sec}, eta {eta}) {msg}",
+            )
+            .expect("valid progress template"),
+        );
+        if !bar.is_hidden() {
+            let counter = bar.clone();
+            let path = source.path.clone();
+            let format = source.format;
+            std::thread::spawn(move || {
+                if let Some(total) = count_rows(&path, format) {
+                    counter.set_length(total);
+                }
+            });
+        }
+        Self { bar }
+    }
+
+    pub fn row_done(&self, failed: u64) {
+        self.bar.inc(1);
+        if failed > 0 {
+            self.bar.set_message(format!("{failed} failed"));
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
+    let file = std::fs::File::open(path).ok()?;
+    match format {
+        Format::Csv => {
+            let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
+            let mut record = csv::ByteRecord::new();
+            let mut count = 0;
+            while reader.read_byte_record(&mut record).ok()? {
+                count += 1;
+            }
+            Some(count)
+        }
+        Format::Jsonl => {
+            let mut count = 0;
+            for line in BufReader::new(file).split(b'\n') {
+                if !line.ok()?.iter().all(u8::is_ascii_whitespace) {
+                    count += 1;
+                }
+            }
+            Some(count)
+        }
+    }
+}

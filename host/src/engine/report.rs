@@ -1,0 +1,137 @@
+//! What a run reports when it ends.
+
+use crate::services::executor::StatsSnapshot;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+pub struct RunReport {
+    pub run_id: i64,
+    pub rows_total: u64,
+    pub rows_completed: u64,
+    pub rows_failed: u64,
+    pub rows_written: u64,
+    /// By error code: how many rows, and the first one's index and message.
+    pub failures: BTreeMap<String, FailureGroup>,
+    pub endpoints: Vec<EndpointReport>,
+    pub wall: Duration,
+    pub sinks: Vec<PathBuf>,
+    pub audit_path: PathBuf,
+}
+
+#[derive(Debug, Default)]
+pub struct FailureGroup {
+    pub count: u64,
+    pub first_row: u64,
+    pub first_node: Option<String>,
+    pub first_message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EndpointReport {
+    pub name: String,
+    pub pool_size: usize,
+    #[serde(flatten)]
+    pub stats: StatsSnapshot,
+}
+
+impl RunReport {
+    pub fn record_failure(&mut self, code: &str, row: u64, node: Option<String>, message: &str) {
+        let group = self
+            .failures
+            .entry(code.to_string())
+            .or_insert_with(|| FailureGroup {
+                first_row: row,
+                first_node: node,
+                first_message: message.to_string(),
+                ..FailureGroup::default()
+            });
+        group.count += 1;
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.endpoints.iter().map(|e| e.stats.attempts).sum()
+    }
+
+    pub fn retries(&self) -> u64 {
+        self.endpoints
+            .iter()
+            .map(|e| e.stats.capacity_retries + e.stats.transient_retries)
+            .sum()
+    }
+
+    /// The summary printed at the end of `weir run`.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let secs = self.wall.as_secs_f64();
+        let rate = if secs > 0.0 {
+            self.rows_total as f64 / secs
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "run {} finished in {:.1} s ({rate:.1} rows/s)",
+            self.run_id, secs
+        );
+        let _ = writeln!(
+            s,
+            "  rows     {} read: {} ok, {} failed; {} written",
+            self.rows_total, self.rows_completed, self.rows_failed, self.rows_written
+        );
+        let (prompt, completion) = self.endpoints.iter().fold((0, 0), |(p, c), e| {
+            (p + e.stats.prompt_tokens, c + e.stats.completion_tokens)
+        });
+        let _ = writeln!(
+            s,
+            "  calls    {} ({} retries); tokens {} ({} prompt, {} completion)",
+            self.calls(),
+            self.retries(),
+            prompt + completion,
+            prompt,
+            completion
+        );
+        for e in &self.endpoints {
+            let ms = |v: Option<u32>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+            let _ = writeln!(
+                s,
+                "  endpoint {}: {} requests, {} ok, {} failed; retries {} capacity, {} transient; \
+                 peak {} of {} in flight; latency p50 {}, p99 {}",
+                e.name,
+                e.stats.requests,
+                e.stats.successes,
+                e.stats.failures,
+                e.stats.capacity_retries,
+                e.stats.transient_retries,
+                e.stats.peak_in_flight,
+                e.pool_size,
+                ms(e.stats.latency_p50_ms),
+                ms(e.stats.latency_p99_ms)
+            );
+        }
+        for (code, g) in &self.failures {
+            let node = g
+                .first_node
+                .as_deref()
+                .map_or("source".to_string(), |n| format!("node `{n}`"));
+            let _ = writeln!(
+                s,
+                "  failed   {code}: {} rows; first: row {} at {node}: {}",
+                g.count, g.first_row, g.first_message
+            );
+        }
+        for sink in &self.sinks {
+            let _ = writeln!(s, "  output   {}", sink.display());
+        }
+        let _ = writeln!(
+            s,
+            "  audit    {} (run {})",
+            self.audit_path.display(),
+            self.run_id
+        );
+        s
+    }
+}

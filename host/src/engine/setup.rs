@@ -1,0 +1,183 @@
+//! Turns a checked pipeline into running parts: the executor, and for each
+//! node its compiled component and a configured instance pool.
+
+use crate::config::{ComponentRef, NodeConfig, Pipeline};
+use crate::hashing;
+use crate::runtime::bindings::WIT_VERSION;
+use crate::runtime::{NodeRuntime, NodeServices, Runtime, builtin};
+use crate::services::audit::{AuditLog, EndpointRecord, NodeRecord, Record};
+use crate::services::executor::Executor;
+use anyhow::{Context, Result};
+use std::sync::Arc;
+
+pub struct Node {
+    pub index: usize,
+    pub name: String,
+    pub concurrency: usize,
+    pub runtime: NodeRuntime,
+}
+
+pub struct Prepared {
+    pub executor: Arc<Executor>,
+    pub nodes: Vec<Arc<Node>>,
+}
+
+pub async fn prepare(pipeline: &Pipeline, audit: Option<&Arc<AuditLog>>) -> Result<Prepared> {
+    let executor = Arc::new(
+        Executor::new(&pipeline.endpoints)
+            .map_err(|e| pipeline.file.error_at(&["endpoints"], format!("{e:#}")))?,
+    );
+    if let Some(audit) = audit {
+        for endpoint in executor.endpoints() {
+            audit.record(Record::Endpoint(EndpointRecord {
+                name: endpoint.name.clone(),
+                kind: endpoint.kind_name().to_string(),
+                url: endpoint.display_url(),
+                secret_fingerprint: endpoint
+                    .spec
+                    .api_key
+                    .as_deref()
+                    .map(hashing::secret_fingerprint),
+                settings_json: serde_json::json!({
+                    "pool_size": endpoint.spec.pool_size,
+                    "max_capacity_retry_seconds": endpoint.spec.max_capacity_retry_seconds,
+                    "max_retries": endpoint.spec.max_retries,
+                    "request_timeout_seconds": endpoint.spec.request_timeout_seconds,
+                    "connect_timeout_seconds": endpoint.spec.connect_timeout_seconds,
+                    "header_names": endpoint.spec.headers.keys().collect::<Vec<_>>(),
+                })
+                .to_string(),
+            }));
+        }
+    }
+    let runtime = Runtime::new().context("cannot start the WebAssembly runtime")?;
+    let mut nodes = Vec::with_capacity(pipeline.nodes.len());
+    for config in &pipeline.nodes {
+        nodes.push(Arc::new(
+            prepare_node(pipeline, &runtime, &executor, config, audit).await?,
+        ));
+    }
+    Ok(Prepared { executor, nodes })
+}
+
+async fn prepare_node(
+    pipeline: &Pipeline,
+    runtime: &Runtime,
+    executor: &Executor,
+    config: &NodeConfig,
+    audit: Option<&Arc<AuditLog>>,
+) -> Result<Node> {
+    let key = config.index.to_string();
+    let at = |field: &str, message: String| {
+        pipeline.file.error_at(
+            &["transforms", &key, field],
+            format!("transform `{}`: {message}", config.name),
+        )
+    };
+    let (bytes, origin) = match &config.component {
+        ComponentRef::Builtin(name) => match builtin::find(name) {
+            Some(b) => (b.bytes.to_vec(), format!("built-in component `{name}`")),
+            None => {
+                return Err(at(
+                    "component",
+                    format!(
+                        "`{name}` is not a built-in component (built-ins: {}); a component file \
+                         is given by a path ending in .wasm",
+                        builtin::names().join(", ")
+                    ),
+                ));
+            }
+        },
+        ComponentRef::File(path) => (
+            std::fs::read(path)
+                .map_err(|e| at("component", format!("cannot read {}: {e}", path.display())))?,
+            path.display().to_string(),
+        ),
+    };
+    let loaded = runtime
+        .load(&bytes, &origin)
+        .map_err(|e| at("component", format!("{e:#}")))?;
+    let grants = config
+        .grants
+        .iter()
+        .map(|(alias, name)| {
+            let endpoint = executor
+                .endpoint(name)
+                .expect("grants were checked against endpoints");
+            (alias.clone(), endpoint)
+        })
+        .collect();
+    let services = Arc::new(NodeServices {
+        node_name: config.name.clone(),
+        grants,
+        audit: audit.cloned(),
+    });
+    let node_runtime = NodeRuntime::new(runtime, &loaded, services, config.options_json.clone())
+        .await
+        .map_err(|e| match e {
+            crate::runtime::NodeSetupError::Options(m) => match named_option(&m) {
+                Some(option) => pipeline.file.error_at(
+                    &["transforms", &key, "options", &option],
+                    format!("transform `{}`: {m}", config.name),
+                ),
+                None => at("options", m),
+            },
+            other => at("component", other.to_string()),
+        })?;
+    if let Some(audit) = audit {
+        audit.record(Record::Node(NodeRecord {
+            node_id: config.index,
+            name: config.name.clone(),
+            component: match &config.component {
+                ComponentRef::Builtin(name) => name.clone(),
+                ComponentRef::File(path) => path.display().to_string(),
+            },
+            component_sha256: loaded.sha256.clone(),
+            wit_version: WIT_VERSION.to_string(),
+            options_sha256: hashing::json_text_sha256(&config.options_json),
+            output_fields: node_runtime.output_fields().to_vec(),
+        }));
+    }
+    Ok(Node {
+        index: config.index,
+        name: config.name.clone(),
+        concurrency: config.concurrency,
+        runtime: node_runtime,
+    })
+}
+
+/// The option a component's configure error is about, when it names one as
+/// `options.NAME` or serde's "unknown field `NAME`", so the error can point
+/// at that option's own line.
+fn named_option(message: &str) -> Option<String> {
+    let after = message
+        .split_once("unknown field `")
+        .map(|(_, rest)| rest.split('`').next().unwrap_or_default())
+        .or_else(|| {
+            message.split_once("options.").map(|(_, rest)| {
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+        })?;
+    (!after.is_empty()).then(|| after.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_option;
+
+    #[test]
+    fn finds_the_option_a_message_names() {
+        assert_eq!(
+            named_option("options: unknown field `temprature`, expected one of `a`").as_deref(),
+            Some("temprature")
+        );
+        assert_eq!(
+            named_option("options.template: syntax error: unexpected end").as_deref(),
+            Some("template")
+        );
+        assert_eq!(named_option("options are not valid JSON"), None);
+    }
+}

@@ -1,0 +1,7 @@
+//! Row sources and sinks, streamed: neither holds more than a row at a time.
+
+pub mod sink;
+pub mod source;
+
+pub use sink::{RowSink, open_sink};
+pub use source::{SourceReader, SourceRow, open_source};

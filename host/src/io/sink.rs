@@ -1,0 +1,233 @@
+//! Writers for CSV and JSON Lines. Output goes to `<path>.partial` and is
+//! renamed into place only when the run ends, so a file at the sink's path is
+//! always complete.
+
+use crate::config::{DataFile, Format};
+use crate::types::Row;
+use anyhow::{Context, Result};
+use serde_json::Value;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+pub trait RowSink: Send {
+    fn write(&mut self, row: &Row) -> Result<()>;
+    /// Flushes and moves the file into place.
+    fn finish(self: Box<Self>) -> Result<()>;
+    /// Removes the partial file after a failed run.
+    fn abandon(self: Box<Self>);
+}
+
+/// `columns`: the CSV header. When unknown (a JSON Lines source), the first
+/// row's keys are used.
+pub fn open_sink(file: &DataFile, columns: Option<Vec<String>>) -> Result<Box<dyn RowSink>> {
+    let place = Placement {
+        partial: partial_path(&file.path),
+        path: file.path.clone(),
+    };
+    if let Some(dir) = file.path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create folder {}", dir.display()))?;
+    }
+    let handle = File::create(&place.partial)
+        .with_context(|| format!("cannot create {}", place.partial.display()))?;
+    Ok(match file.format {
+        Format::Csv => Box::new(CsvSink {
+            writer: csv::WriterBuilder::new()
+                .buffer_capacity(BUFFER)
+                .from_writer(handle),
+            place,
+            columns,
+            header_written: false,
+            warned_extra: false,
+        }),
+        Format::Jsonl => Box::new(JsonlSink {
+            writer: BufWriter::with_capacity(BUFFER, handle),
+            place,
+        }),
+    })
+}
+
+const BUFFER: usize = 256 * 1024;
+
+fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    path.with_file_name(name)
+}
+
+/// Where a sink writes while running, and where the file goes at the end.
+struct Placement {
+    partial: PathBuf,
+    path: PathBuf,
+}
+
+impl Placement {
+    fn commit(&self, file: File) -> Result<()> {
+        file.sync_all()?;
+        std::fs::rename(&self.partial, &self.path)
+            .with_context(|| format!("cannot move {} into place", self.partial.display()))
+    }
+
+    fn discard(&self) {
+        let _ = std::fs::remove_file(&self.partial);
+    }
+}
+
+struct JsonlSink {
+    writer: BufWriter<File>,
+    place: Placement,
+}
+
+impl RowSink for JsonlSink {
+    fn write(&mut self, row: &Row) -> Result<()> {
+        serde_json::to_writer(&mut self.writer, row)?;
+        self.writer.write_all(b"\n")?;
+        Ok(())
+    }
+    fn finish(self: Box<Self>) -> Result<()> {
+        let file = self.writer.into_inner().map_err(|e| e.into_error())?;
+        self.place.commit(file)
+    }
+    fn abandon(self: Box<Self>) {
+        drop(self.writer);
+        self.place.discard();
+    }
+}
+
+struct CsvSink {
+    writer: csv::Writer<File>,
+    place: Placement,
+    columns: Option<Vec<String>>,
+    header_written: bool,
+    warned_extra: bool,
+}
+
+impl CsvSink {
+    fn write_header(&mut self, columns: &[String]) -> Result<()> {
+        self.writer.write_record(columns)?;
+        self.header_written = true;
+        Ok(())
+    }
+}
+
+impl RowSink for CsvSink {
+    fn write(&mut self, row: &Row) -> Result<()> {
+        let columns = self
+            .columns
+            .take()
+            .unwrap_or_else(|| row.keys().cloned().collect());
+        if !self.header_written {
+            self.write_header(&columns)?;
+        }
+        let written = self.writer.write_record(
+            columns
+                .iter()
+                .map(|c| row.get(c).map(cell).unwrap_or_default()),
+        );
+        if !self.warned_extra
+            && let Some(extra) = row.keys().find(|k| !columns.contains(k))
+        {
+            tracing::warn!(
+                "field `{extra}` is not a column of {} (no node declares it); it is left out of the \
+                 CSV. A JSON Lines sink keeps every field.",
+                self.place.path.display()
+            );
+            self.warned_extra = true;
+        }
+        self.columns = Some(columns);
+        Ok(written?)
+    }
+    fn finish(mut self: Box<Self>) -> Result<()> {
+        if !self.header_written
+            && let Some(columns) = self.columns.take()
+        {
+            self.write_header(&columns)?;
+        }
+        let file = self.writer.into_inner().map_err(|e| e.into_error())?;
+        self.place.commit(file)
+    }
+    fn abandon(self: Box<Self>) {
+        drop(self.writer);
+        self.place.discard();
+    }
+}
+
+/// Strings as they are; nested values as compact JSON; null as an empty cell.
+fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Bool(_) | Value::Number(_) => value.to_string(),
+        Value::Array(_) | Value::Object(_) => value.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(v: Value) -> Row {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn csv_sink_writes_header_cells_and_only_at_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out/result.csv");
+        let file = DataFile {
+            path: path.clone(),
+            format: Format::Csv,
+        };
+        let mut sink = open_sink(
+            &file,
+            Some(vec!["id".into(), "answer".into(), "usage".into()]),
+        )
+        .unwrap();
+        sink.write(&row(
+            json!({"id": "1", "answer": "yes, \"quoted\"", "usage": {"t": 3}}),
+        ))
+        .unwrap();
+        sink.write(&row(json!({"id": "2", "answer": null, "usage": 5})))
+            .unwrap();
+        assert!(
+            !path.exists(),
+            "the final file must appear only when the sink finishes"
+        );
+        sink.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text,
+            "id,answer,usage\n1,\"yes, \"\"quoted\"\"\",\"{\"\"t\"\":3}\"\n2,,5\n"
+        );
+        assert!(!dir.path().join("out/result.csv.partial").exists());
+    }
+
+    #[test]
+    fn jsonl_sink_and_abandon() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let file = DataFile {
+            path: path.clone(),
+            format: Format::Jsonl,
+        };
+        let mut sink = open_sink(&file, None).unwrap();
+        sink.write(&row(json!({"b": 1, "a": 2}))).unwrap();
+        sink.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"b\":1,\"a\":2}\n"
+        );
+
+        let other = DataFile {
+            path: dir.path().join("gone.jsonl"),
+            format: Format::Jsonl,
+        };
+        let mut sink = open_sink(&other, None).unwrap();
+        sink.write(&row(json!({"a": 1}))).unwrap();
+        sink.abandon();
+        assert!(!dir.path().join("gone.jsonl").exists());
+        assert!(!dir.path().join("gone.jsonl.partial").exists());
+    }
+}

@@ -1,0 +1,264 @@
+//! Readers for CSV (with a header row) and JSON Lines. A bad row becomes a row
+//! error at its line; it never stops the rows after it.
+
+use crate::config::{DataFile, Format};
+use crate::types::{Row, RowError};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+
+pub struct SourceRow {
+    /// 0-based position among the source's rows.
+    pub index: u64,
+    /// 1-based line where the row starts.
+    pub line: u64,
+    pub row: Result<Row, RowError>,
+}
+
+pub struct SourceReader {
+    /// The CSV header; JSON Lines have none.
+    pub columns: Option<Vec<String>>,
+    rows: Box<dyn Iterator<Item = SourceRow> + Send>,
+}
+
+impl Iterator for SourceReader {
+    type Item = SourceRow;
+    fn next(&mut self) -> Option<SourceRow> {
+        self.rows.next()
+    }
+}
+
+pub fn open_source(file: &DataFile) -> Result<SourceReader> {
+    let handle = File::open(&file.path)
+        .with_context(|| format!("cannot open source {}", file.path.display()))?;
+    match file.format {
+        Format::Csv => csv_rows(handle, &file.path.display().to_string()),
+        Format::Jsonl => Ok(SourceReader {
+            columns: None,
+            rows: Box::new(jsonl_rows(BufReader::new(handle))),
+        }),
+    }
+}
+
+fn csv_rows(handle: File, name: &str) -> Result<SourceReader> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(BufReader::new(handle));
+    let header = reader
+        .byte_headers()
+        .with_context(|| format!("cannot read the header row of {name}"))?
+        .clone();
+    let mut columns = Vec::with_capacity(header.len());
+    let mut seen = HashSet::new();
+    for (i, raw) in header.iter().enumerate() {
+        let Ok(column) = std::str::from_utf8(raw) else {
+            bail!(
+                "{name}:1: column {} of the header is not valid UTF-8",
+                i + 1
+            );
+        };
+        if !seen.insert(column.to_string()) {
+            bail!(
+                "{name}:1: the header names column `{column}` twice; column names must be unique"
+            );
+        }
+        columns.push(column.to_string());
+    }
+    if columns.is_empty() {
+        bail!("{name}: the file is empty; a CSV source needs a header row");
+    }
+    let names = columns.clone();
+    let mut index = 0u64;
+    let mut record = csv::ByteRecord::new();
+    let rows = std::iter::from_fn(move || {
+        let line = reader.position().line();
+        let row = match reader.read_byte_record(&mut record) {
+            Ok(false) => return None,
+            Ok(true) => csv_row(&names, &record),
+            Err(e) => Err(RowError::new(
+                "source_invalid",
+                format!("unreadable CSV record: {e}"),
+            )),
+        };
+        let line = record.position().map_or(line, |p| p.line());
+        let item = SourceRow { index, line, row };
+        index += 1;
+        Some(item)
+    });
+    Ok(SourceReader {
+        columns: Some(columns),
+        rows: Box::new(rows),
+    })
+}
+
+fn csv_row(columns: &[String], record: &csv::ByteRecord) -> Result<Row, RowError> {
+    if record.len() != columns.len() {
+        return Err(RowError::new(
+            "source_invalid",
+            format!(
+                "the row has {} fields but the header has {}",
+                record.len(),
+                columns.len()
+            ),
+        ));
+    }
+    let mut row = Row::with_capacity(columns.len());
+    for (column, raw) in columns.iter().zip(record.iter()) {
+        let value = std::str::from_utf8(raw).map_err(|_| {
+            RowError::new(
+                "source_invalid",
+                format!("field `{column}` is not valid UTF-8"),
+            )
+        })?;
+        row.insert(column.clone(), Value::String(value.to_string()));
+    }
+    Ok(row)
+}
+
+fn jsonl_rows(mut reader: impl BufRead + Send + 'static) -> impl Iterator<Item = SourceRow> + Send {
+    let mut line_number = 0u64;
+    let mut index = 0u64;
+    let mut buffer = Vec::new();
+    std::iter::from_fn(move || {
+        loop {
+            buffer.clear();
+            line_number += 1;
+            let row = match reader.read_until(b'\n', &mut buffer) {
+                Ok(0) => return None,
+                Ok(_) if buffer.iter().all(u8::is_ascii_whitespace) => continue,
+                Ok(_) => jsonl_row(&buffer),
+                Err(e) => Err(RowError::new(
+                    "source_invalid",
+                    format!("cannot read the line: {e}"),
+                )),
+            };
+            let item = SourceRow {
+                index,
+                line: line_number,
+                row,
+            };
+            index += 1;
+            return Some(item);
+        }
+    })
+}
+
+fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        RowError::new(
+            "source_invalid",
+            format!("the line is not valid UTF-8: {e}"),
+        )
+    })?;
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(row)) => Ok(row),
+        Ok(other) => Err(RowError::new(
+            "source_invalid",
+            format!(
+                "each line must be a JSON object, found {}",
+                json_kind(&other)
+            ),
+        )),
+        Err(e) => Err(RowError::new(
+            "source_invalid",
+            format!("invalid JSON: {e}"),
+        )),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn read(format: Format, content: &[u8]) -> (Option<Vec<String>>, Vec<SourceRow>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path: PathBuf = dir.path().join("input");
+        std::fs::write(&path, content).unwrap();
+        let reader = open_source(&DataFile { path, format }).unwrap();
+        let columns = reader.columns.clone();
+        (columns, reader.collect())
+    }
+
+    #[test]
+    fn csv_rows_keep_column_order_and_lines() {
+        let (columns, rows) = read(Format::Csv, b"id,text\n1,\"multi\nline\"\n2,plain\n");
+        assert_eq!(columns.unwrap(), vec!["id", "text"]);
+        assert_eq!(rows.len(), 2);
+        let first = rows[0].row.as_ref().unwrap();
+        assert_eq!(first.keys().collect::<Vec<_>>(), vec!["id", "text"]);
+        assert_eq!(first["text"], "multi\nline");
+        assert_eq!((rows[0].line, rows[1].line), (2, 4));
+        assert_eq!(rows[1].index, 1);
+    }
+
+    #[test]
+    fn ragged_and_non_utf8_csv_rows_fail_alone() {
+        let (_, rows) = read(Format::Csv, b"a,b\n1,2\n1,2,3\n\xff,x\n5,6\n");
+        assert_eq!(rows.len(), 4);
+        assert!(rows[0].row.is_ok());
+        let ragged = rows[1].row.as_ref().unwrap_err();
+        assert!(
+            ragged.message.contains("3 fields but the header has 2"),
+            "{ragged}"
+        );
+        assert_eq!(rows[1].line, 3);
+        let bad = rows[2].row.as_ref().unwrap_err();
+        assert!(bad.message.contains("`a` is not valid UTF-8"), "{bad}");
+        assert_eq!(rows[3].row.as_ref().unwrap()["b"], "6");
+    }
+
+    #[test]
+    fn duplicate_csv_columns_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, "a,a\n1,2\n").unwrap();
+        let err = open_source(&DataFile {
+            path,
+            format: Format::Csv,
+        })
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("names column `a` twice"), "{err}");
+    }
+
+    #[test]
+    fn jsonl_skips_blank_lines_and_reports_bad_ones() {
+        let (columns, rows) = read(Format::Jsonl, b"{\"a\":1}\n\n[1]\n{bad\n{\"a\":2}");
+        assert!(columns.is_none());
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[0].row.as_ref().unwrap()["a"], 1);
+        assert!(
+            rows[1]
+                .row
+                .as_ref()
+                .unwrap_err()
+                .message
+                .contains("found an array")
+        );
+        assert_eq!(rows[1].line, 3);
+        assert!(
+            rows[2]
+                .row
+                .as_ref()
+                .unwrap_err()
+                .message
+                .contains("invalid JSON")
+        );
+        assert_eq!(rows[3].row.as_ref().unwrap()["a"], 2);
+        assert_eq!(rows[3].index, 3);
+    }
+}

@@ -1,0 +1,19 @@
+//! weir: run LLM batch pipelines whose transforms are sandboxed WebAssembly
+//! components.
+//!
+//! Layers, each depending only on those below it:
+//! - [`cli`]: the command line;
+//! - [`engine`]: streams rows from the source through the nodes to the sinks;
+//! - [`runtime`]: loads guest components and implements their imports on top of
+//! - [`services`]: the pooled HTTP executor and the audit trail;
+//! - [`config`], [`io`], [`types`], [`hashing`]: the pipeline file, row
+//!   readers and writers, and shared data.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod hashing;
+pub mod io;
+pub mod runtime;
+pub mod services;
+pub mod types;

@@ -1,0 +1,15 @@
+//! Host-side bindings of the `weir:transform@0.1.0` world.
+
+wasmtime::component::bindgen!({
+    path: "../wit/0.1.0",
+    world: "node",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+pub use exports::weir::transform::transform::{NodeInfo, Outcome};
+pub use weir::transform::executor::{CallError, Request, Response};
+pub use weir::transform::log::Level;
+
+/// The contract version the bindings above were generated from.
+pub const WIT_VERSION: &str = "0.1.0";

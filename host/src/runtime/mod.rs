@@ -1,0 +1,62 @@
+//! Loading guest components and running their instances.
+
+pub mod bindings;
+pub mod builtin;
+mod cache;
+mod pool;
+mod state;
+
+pub use pool::{GuestInstance, NodeRuntime, NodeSetupError};
+pub use state::{NodeServices, RowScope};
+
+use anyhow::{Context, Result};
+use state::GuestState;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+/// One engine and linker for the whole run; components compiled once each.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    cache: cache::ComponentCache,
+}
+
+/// A compiled component and the hash of the bytes it came from.
+#[derive(Clone)]
+pub struct LoadedComponent {
+    pub component: Component,
+    pub sha256: String,
+}
+
+impl Runtime {
+    pub fn new() -> Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+        let mut linker = Linker::new(&engine);
+        bindings::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(anyhow::Error::from)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
+        let cache = cache::ComponentCache::new(&engine);
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+        })
+    }
+
+    /// Compiles `bytes` (or takes them from the cache); `origin` names them in errors.
+    pub fn load(&self, bytes: &[u8], origin: &str) -> Result<LoadedComponent> {
+        self.cache
+            .get_or_compile(&self.engine, bytes)
+            .with_context(|| format!("{origin} is not a loadable WebAssembly component"))
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<GuestState> {
+        &self.linker
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}

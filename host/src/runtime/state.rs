@@ -1,0 +1,186 @@
+//! The state each guest instance's store holds, and the host side of the
+//! `executor`, `audit` and `log` imports.
+
+use super::bindings::{self, CallError, Level, Request, Response};
+use crate::hashing;
+use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Record};
+use crate::services::executor::{self, Endpoint};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// What a node's instances may use: the endpoints granted to the node, by the
+/// name the guest uses for them, and where to record.
+pub struct NodeServices {
+    pub node_name: String,
+    pub grants: BTreeMap<String, Arc<Endpoint>>,
+    pub audit: Option<Arc<AuditLog>>,
+}
+
+/// The audit identity of one row within the current `process` call.
+#[derive(Clone)]
+pub struct RowScope {
+    pub state_id: u64,
+    /// Hands out call indexes, unique within the node state.
+    pub calls: Arc<AtomicU32>,
+    /// Numbers the logical requests of the node state.
+    pub requests: Arc<AtomicU32>,
+}
+
+impl RowScope {
+    pub fn new(state_id: u64) -> Self {
+        Self {
+            state_id,
+            calls: Arc::new(AtomicU32::new(0)),
+            requests: Arc::new(AtomicU32::new(0)),
+        }
+    }
+}
+
+pub struct GuestState {
+    node: Arc<NodeServices>,
+    /// One entry per row of the `process` call under way.
+    pub(super) scope: Vec<RowScope>,
+    // WASI is linked so that components whose language runtime imports it
+    // load, but the context grants nothing: no files, env, args or sockets.
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl GuestState {
+    pub fn new(node: Arc<NodeServices>) -> Self {
+        Self {
+            node,
+            scope: Vec::new(),
+            wasi: WasiCtx::builder().build(),
+            table: ResourceTable::new(),
+        }
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl bindings::weir::transform::types::Host for GuestState {}
+
+impl bindings::weir::transform::executor::Host for GuestState {
+    async fn send(&mut self, requests: Vec<Request>) -> Vec<Result<Response, CallError>> {
+        let calls = requests.into_iter().map(|request| {
+            let scope = self.scope.get(request.row as usize).cloned();
+            let endpoint = self.node.grants.get(&request.endpoint).cloned();
+            let node = Arc::clone(&self.node);
+            let rows = self.scope.len();
+            async move {
+                let Some(scope) = scope else {
+                    return Err(CallError::Denied(format!(
+                        "row index {} is out of range: this call has {rows} rows",
+                        request.row
+                    )));
+                };
+                let Some(endpoint) = endpoint else {
+                    return Err(CallError::Denied(denied_message(&node, &request.endpoint)));
+                };
+                send_one(&node, &endpoint, &scope, request.body).await
+            }
+        });
+        futures::future::join_all(calls).await
+    }
+}
+
+fn denied_message(node: &NodeServices, endpoint: &str) -> String {
+    let granted: Vec<&str> = node.grants.keys().map(String::as_str).collect();
+    format!(
+        "endpoint `{endpoint}` is not granted to node `{}` (granted: {}); add it to the node's `endpoints:`",
+        node.node_name,
+        if granted.is_empty() {
+            "none".to_string()
+        } else {
+            granted.join(", ")
+        }
+    )
+}
+
+async fn send_one(
+    node: &NodeServices,
+    endpoint: &Endpoint,
+    scope: &RowScope,
+    body: String,
+) -> Result<Response, CallError> {
+    let request_index = scope.requests.fetch_add(1, Ordering::Relaxed);
+    let request_sha256 = node
+        .audit
+        .as_ref()
+        .map(|_| hashing::json_text_sha256(&body));
+    let result = endpoint
+        .send(&body, |attempt| {
+            let (Some(audit), Some(request_sha256)) = (&node.audit, &request_sha256) else {
+                return;
+            };
+            audit.record(Record::Call(CallRecord {
+                state_id: scope.state_id,
+                call_index: scope.calls.fetch_add(1, Ordering::Relaxed),
+                endpoint: endpoint.name.clone(),
+                request_index,
+                attempt: attempt.attempt,
+                request_sha256: request_sha256.clone(),
+                response_sha256: attempt.body.map(hashing::json_text_sha256),
+                status: attempt.status,
+                error: attempt.error,
+                retry_cause: attempt.retry_cause,
+                latency_ms: attempt.latency.as_millis() as u64,
+                prompt_tokens: attempt.tokens.map(|t| t.0),
+                completion_tokens: attempt.tokens.map(|t| t.1),
+                started_at_ms: attempt.started_at_ms,
+            }));
+        })
+        .await;
+    result.map(to_wit_response).map_err(|e| match e {
+        executor::CallError::Denied(m) => CallError::Denied(m),
+        executor::CallError::Status(r) => CallError::Status(to_wit_response(r)),
+        executor::CallError::DeadlineExceeded(m) => CallError::DeadlineExceeded(m),
+        executor::CallError::Transport(m) => CallError::Transport(m),
+    })
+}
+
+fn to_wit_response(r: executor::Response) -> Response {
+    Response {
+        status: r.status,
+        body: r.body,
+        attempts: r.attempts,
+        latency_ms: r.latency.as_millis().min(u32::MAX as u128) as u32,
+    }
+}
+
+impl bindings::weir::transform::audit::Host for GuestState {
+    async fn attach(&mut self, row: u32, key: String, value: String) {
+        let (Some(audit), Some(scope)) = (&self.node.audit, self.scope.get(row as usize)) else {
+            return;
+        };
+        audit.record(Record::Attribute(AttributeRecord {
+            state_id: scope.state_id,
+            key,
+            value,
+        }));
+    }
+}
+
+impl bindings::weir::transform::log::Host for GuestState {
+    async fn log(&mut self, level: Level, message: String) {
+        let node = self.node.node_name.as_str();
+        match level {
+            Level::Trace => tracing::trace!(node, "{message}"),
+            Level::Debug => tracing::debug!(node, "{message}"),
+            Level::Info => tracing::info!(node, "{message}"),
+            Level::Warn => tracing::warn!(node, "{message}"),
+            Level::Error => tracing::error!(node, "{message}"),
+        }
+    }
+}

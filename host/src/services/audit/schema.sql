@@ -1,0 +1,107 @@
+-- weir audit database. One file holds many runs; every table is keyed by run.
+-- Hashes are SHA-256 hex, over RFC 8785 canonical JSON where the data is JSON.
+-- Times are milliseconds since the Unix epoch. Secrets are never stored: an
+-- endpoint's API key appears only as a fingerprint.
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          INTEGER PRIMARY KEY,
+    pipeline_path   TEXT NOT NULL,
+    config_sha256   TEXT NOT NULL,      -- of the interpolated pipeline file text
+    weir_version    TEXT NOT NULL,
+    started_at_ms   INTEGER NOT NULL,
+    finished_at_ms  INTEGER,
+    status          TEXT NOT NULL,      -- running | completed | completed_with_failures | aborted
+    rows_total      INTEGER,
+    rows_completed  INTEGER,
+    rows_failed     INTEGER,
+    summary_json    TEXT                -- per-endpoint statistics
+);
+
+CREATE TABLE IF NOT EXISTS nodes (
+    run_id            INTEGER NOT NULL REFERENCES runs(run_id),
+    node_id           INTEGER NOT NULL,   -- position in `transforms:`
+    name              TEXT NOT NULL,
+    component         TEXT NOT NULL,      -- built-in name or path
+    component_sha256  TEXT NOT NULL,
+    wit_version       TEXT NOT NULL,
+    options_sha256    TEXT NOT NULL,
+    output_fields     TEXT NOT NULL,      -- JSON array
+    PRIMARY KEY (run_id, node_id)
+);
+
+CREATE TABLE IF NOT EXISTS endpoints (
+    run_id              INTEGER NOT NULL REFERENCES runs(run_id),
+    name                TEXT NOT NULL,
+    kind                TEXT NOT NULL,
+    url                 TEXT NOT NULL,
+    secret_fingerprint  TEXT,             -- identifies the API key without revealing it
+    settings_json       TEXT NOT NULL,    -- pool size, timeouts, retry budget
+    PRIMARY KEY (run_id, name)
+);
+
+CREATE TABLE IF NOT EXISTS rows (
+    run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+    row_index       INTEGER NOT NULL,     -- 0-based order in the source
+    source_line     INTEGER NOT NULL,     -- 1-based line where the row starts
+    content_sha256  TEXT NOT NULL,
+    PRIMARY KEY (run_id, row_index)
+);
+
+-- One per row per node it reached.
+CREATE TABLE IF NOT EXISTS node_states (
+    run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+    state_id        INTEGER NOT NULL,
+    row_index       INTEGER NOT NULL,
+    node_id         INTEGER NOT NULL,
+    attempt         INTEGER NOT NULL,
+    status          TEXT NOT NULL,        -- completed | failed
+    input_sha256    TEXT NOT NULL,
+    output_sha256   TEXT,
+    error_code      TEXT,
+    error_message   TEXT,
+    started_at_ms   INTEGER NOT NULL,
+    duration_ms     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, state_id),
+    UNIQUE (run_id, row_index, node_id, attempt)
+);
+
+-- Named values a guest attached to a node state (template_hash, variables_hash, …).
+CREATE TABLE IF NOT EXISTS node_state_attributes (
+    run_id    INTEGER NOT NULL,
+    state_id  INTEGER NOT NULL,
+    key       TEXT NOT NULL,
+    value     TEXT NOT NULL,
+    PRIMARY KEY (run_id, state_id, key)
+);
+
+-- Every attempt of every external call.
+CREATE TABLE IF NOT EXISTS calls (
+    run_id             INTEGER NOT NULL,
+    state_id           INTEGER NOT NULL,
+    call_index         INTEGER NOT NULL,  -- unique within the node state, in order of issue
+    endpoint           TEXT NOT NULL,
+    request_index      INTEGER NOT NULL,  -- which logical request of the state this attempt serves
+    attempt            INTEGER NOT NULL,  -- 1 for the first try of a request
+    request_sha256     TEXT NOT NULL,
+    response_sha256    TEXT,
+    status             INTEGER,           -- HTTP status, NULL when no answer arrived
+    error              TEXT,              -- transport error or timeout
+    retry_cause        TEXT,              -- capacity | transient, when this attempt was retried
+    latency_ms         INTEGER NOT NULL,
+    prompt_tokens      INTEGER,
+    completion_tokens  INTEGER,
+    started_at_ms      INTEGER NOT NULL,
+    PRIMARY KEY (run_id, state_id, call_index)
+);
+
+-- Exactly one per source row.
+CREATE TABLE IF NOT EXISTS row_outcomes (
+    run_id         INTEGER NOT NULL,
+    row_index      INTEGER NOT NULL,
+    outcome        TEXT NOT NULL,         -- completed | failed
+    node_id        INTEGER,               -- where it failed
+    error_code     TEXT,
+    error_message  TEXT,
+    rows_written   INTEGER NOT NULL,      -- output rows written to each sink
+    PRIMARY KEY (run_id, row_index)
+);

@@ -1,0 +1,96 @@
+//! Per-endpoint counters, shown in the run summary and stored with the run.
+
+use serde::Serialize;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+#[derive(Default)]
+pub struct Stats {
+    requests: AtomicU64,
+    attempts: AtomicU64,
+    successes: AtomicU64,
+    failures: AtomicU64,
+    capacity_retries: AtomicU64,
+    transient_retries: AtomicU64,
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    in_flight: AtomicU64,
+    peak_in_flight: AtomicU64,
+    latencies_ms: Mutex<Vec<u32>>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct StatsSnapshot {
+    pub requests: u64,
+    pub attempts: u64,
+    pub successes: u64,
+    pub failures: u64,
+    pub capacity_retries: u64,
+    pub transient_retries: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub peak_in_flight: u64,
+    pub latency_p50_ms: Option<u32>,
+    pub latency_p99_ms: Option<u32>,
+}
+
+impl Stats {
+    pub fn request_started(&self) {
+        self.requests.fetch_add(1, Relaxed);
+    }
+
+    pub fn attempt_started(&self) {
+        self.attempts.fetch_add(1, Relaxed);
+        let now = self.in_flight.fetch_add(1, Relaxed) + 1;
+        self.peak_in_flight.fetch_max(now, Relaxed);
+    }
+
+    pub fn attempt_ended(&self, latency: Duration) {
+        self.in_flight.fetch_sub(1, Relaxed);
+        let ms = latency.as_millis().min(u32::MAX as u128) as u32;
+        self.latencies_ms.lock().expect("stats lock").push(ms);
+    }
+
+    pub fn retried(&self, cause: &str) {
+        match cause {
+            "capacity" => self.capacity_retries.fetch_add(1, Relaxed),
+            _ => self.transient_retries.fetch_add(1, Relaxed),
+        };
+    }
+
+    pub fn finished(&self, ok: bool) {
+        if ok {
+            self.successes.fetch_add(1, Relaxed);
+        } else {
+            self.failures.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn tokens(&self, prompt: u64, completion: u64) {
+        self.prompt_tokens.fetch_add(prompt, Relaxed);
+        self.completion_tokens.fetch_add(completion, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let mut latencies = self.latencies_ms.lock().expect("stats lock").clone();
+        latencies.sort_unstable();
+        let pick = |q: f64| -> Option<u32> {
+            let last = latencies.len().checked_sub(1)?;
+            latencies.get(((last as f64) * q).round() as usize).copied()
+        };
+        StatsSnapshot {
+            requests: self.requests.load(Relaxed),
+            attempts: self.attempts.load(Relaxed),
+            successes: self.successes.load(Relaxed),
+            failures: self.failures.load(Relaxed),
+            capacity_retries: self.capacity_retries.load(Relaxed),
+            transient_retries: self.transient_retries.load(Relaxed),
+            prompt_tokens: self.prompt_tokens.load(Relaxed),
+            completion_tokens: self.completion_tokens.load(Relaxed),
+            peak_in_flight: self.peak_in_flight.load(Relaxed),
+            latency_p50_ms: pick(0.5),
+            latency_p99_ms: pick(0.99),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Where an endpoint's requests go and which headers they carry. The kind of
+//! endpoint decides the URL shape and the auth header; guests never see either.
+
+use crate::config::model::defaults::OPENAI_BASE_URL;
+use crate::config::{EndpointKind, EndpointSpec};
+use anyhow::{Context, Result};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+pub struct Target {
+    pub url: reqwest::Url,
+    pub headers: HeaderMap,
+}
+
+impl Target {
+    pub fn new(name: &str, spec: &EndpointSpec) -> Result<Self> {
+        let base = spec
+            .base_url
+            .as_deref()
+            .unwrap_or(OPENAI_BASE_URL)
+            .trim_end_matches('/');
+        let url = match spec.kind {
+            EndpointKind::Openai => format!("{base}/chat/completions"),
+            EndpointKind::AzureOpenai => format!(
+                "{base}/openai/deployments/{}/chat/completions?api-version={}",
+                spec.deployment.as_deref().unwrap_or_default(),
+                spec.api_version.as_deref().unwrap_or_default()
+            ),
+            EndpointKind::Http => base.to_string(),
+        };
+        let url = reqwest::Url::parse(&url)
+            .with_context(|| format!("endpoint `{name}`: `{url}` is not a valid URL"))?;
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(key) = &spec.api_key {
+            let (header, value) = match spec.kind {
+                EndpointKind::AzureOpenai => (HeaderName::from_static("api-key"), key.clone()),
+                _ => (AUTHORIZATION, format!("Bearer {key}")),
+            };
+            let mut value = HeaderValue::from_str(&value).with_context(|| {
+                format!("endpoint `{name}`: api_key contains characters not allowed in a header")
+            })?;
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        for (key, value) in &spec.headers {
+            let header = HeaderName::from_bytes(key.as_bytes()).with_context(|| {
+                format!("endpoint `{name}`: `{key}` is not a valid header name")
+            })?;
+            let mut value = HeaderValue::from_str(value).with_context(|| {
+                format!("endpoint `{name}`: header `{key}` has an invalid value")
+            })?;
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        Ok(Self { url, headers })
+    }
+
+    /// The URL without credentials or query secrets, for the audit trail.
+    pub fn display_url(&self) -> String {
+        let mut url = self.url.clone();
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        url.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> EndpointSpec {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn openai_url_and_bearer_auth() {
+        let t = Target::new(
+            "llm",
+            &spec("base_url: http://127.0.0.1:9/v1/\napi_key: sk-1"),
+        )
+        .unwrap();
+        assert_eq!(t.url.as_str(), "http://127.0.0.1:9/v1/chat/completions");
+        assert_eq!(t.headers[AUTHORIZATION], "Bearer sk-1");
+        assert!(t.headers[AUTHORIZATION].is_sensitive());
+    }
+
+    #[test]
+    fn openai_defaults_to_the_public_api() {
+        let t = Target::new("llm", &spec("api_key: k")).unwrap();
+        assert_eq!(t.url.as_str(), "https://api.openai.com/v1/chat/completions");
+    }
+
+    #[test]
+    fn azure_url_and_api_key_header() {
+        let t = Target::new(
+            "az",
+            &spec("kind: azure-openai\nbase_url: https://r.openai.azure.com\napi_key: k\ndeployment: gpt4o\napi_version: 2024-10-21"),
+        )
+        .unwrap();
+        assert_eq!(
+            t.url.as_str(),
+            "https://r.openai.azure.com/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(t.headers["api-key"], "k");
+        assert!(!t.headers.contains_key(AUTHORIZATION));
+    }
+}

@@ -1,0 +1,4 @@
+//! The services the host hands to guests through WIT imports.
+
+pub mod audit;
+pub mod executor;

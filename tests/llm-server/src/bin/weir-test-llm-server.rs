@@ -1,0 +1,44 @@
+//! TEST TOOL — not a model. Serves the test LLM server on loopback so that
+//! weir can be run and benchmarked without a real provider.
+
+use clap::Parser;
+use std::time::Duration;
+use weir_test_llm_server::{Reply, Script, TestLlmServer};
+
+#[derive(Parser)]
+#[command(about = "Test tool: a scripted OpenAI-compatible chat server on loopback (not a model)")]
+struct Args {
+    #[arg(long, default_value_t = 8089)]
+    port: u16,
+    /// echo: answer `echo: <prompt>`; sentiment: keyword classifier for demos.
+    #[arg(long, default_value = "sentiment")]
+    reply: String,
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Answer 429 beyond this many requests at once.
+    #[arg(long)]
+    capacity: Option<usize>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let reply = match args.reply.as_str() {
+        "echo" => Reply::Echo,
+        "sentiment" => Reply::Sentiment,
+        other => anyhow::bail!("unknown --reply `{other}`: use echo or sentiment"),
+    };
+    let script = Script {
+        reply,
+        latency: Duration::from_millis(args.latency_ms),
+        capacity: args.capacity,
+        ..Script::default()
+    };
+    let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
+    println!(
+        "test LLM server (not a model) listening: OPENAI_BASE_URL={}",
+        server.base_url()
+    );
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}

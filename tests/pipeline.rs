@@ -1,0 +1,520 @@
+//! End-to-end tests: the real `weir` binary runs real pipelines, loading the
+//! built-in wasm guest, against the test LLM server (a test tool, not a model)
+//! over loopback, and writes a real SQLite audit database.
+
+use rusqlite::Connection;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+use weir_test_llm_server::{Reply, Script, TestLlmServer, expected_answer};
+
+const KEY: &str = "sk-weir-canary-4f1d2e";
+
+struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap()
+    }
+}
+
+/// Runs `weir` with the given environment (and nothing inherited that names a key).
+async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_MODEL")
+        .env(
+            "WEIR_CACHE_DIR",
+            std::env::temp_dir().join("weir-test-cache"),
+        );
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("weir did not finish within 120 s")
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn read_csv(path: &Path) -> Vec<csv::StringRecord> {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    let mut rows = vec![reader.headers().unwrap().clone()];
+    rows.extend(reader.records().map(Result::unwrap));
+    rows
+}
+
+fn pipeline_yaml(source: &str, sink: &str, pool_size: usize, options: &str) -> String {
+    format!(
+        "source:\n  path: {source}\nendpoints:\n  llm:\n    base_url: ${{OPENAI_BASE_URL}}\n    \
+         api_key: ${{OPENAI_API_KEY}}\n    pool_size: {pool_size}\n    max_capacity_retry_seconds: 30\n\
+         transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    options:\n{options}\
+         sinks:\n  - path: {sink}\n"
+    )
+}
+
+const ECHO_OPTIONS: &str =
+    "      model: test-model\n      template: \"Q{{ row.id }}: {{ row.text }}\"\n";
+
+fn numbered_rows(n: usize) -> String {
+    let mut csv = String::from("id,text\n");
+    for i in 0..n {
+        csv.push_str(&format!(
+            "{i},\"row {i}, with a comma and \"\"quotes\"\"\"\n"
+        ));
+    }
+    csv
+}
+
+#[tokio::test]
+async fn sentiment_example_classifies_every_row() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Sentiment,
+        latency: Duration::from_millis(20),
+        require_key: Some(KEY.into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/sentiment");
+    let yaml = std::fs::read_to_string(example.join("pipeline.yaml")).unwrap();
+    let pipeline = ws.write("pipeline.yaml", &yaml);
+    std::fs::copy(example.join("reviews.csv"), ws.path("reviews.csv")).unwrap();
+
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = stderr(&out);
+    assert!(
+        summary.contains("60 read: 60 ok, 0 failed; 60 written"),
+        "{summary}"
+    );
+
+    let input = read_csv(&ws.path("reviews.csv"));
+    let output = read_csv(&ws.path("out/sentiment.csv"));
+    assert_eq!(
+        output[0].iter().collect::<Vec<_>>(),
+        vec![
+            "id",
+            "text",
+            "sentiment",
+            "sentiment_usage",
+            "sentiment_model"
+        ]
+    );
+    assert_eq!(output.len(), input.len());
+    for (inp, out) in input.iter().zip(&output).skip(1) {
+        assert_eq!(&out[0], &inp[0]);
+        assert_eq!(&out[1], &inp[1]);
+        let prompt = format!("Review: {}", &inp[1]);
+        assert_eq!(
+            &out[2],
+            expected_answer(Reply::Sentiment, &prompt),
+            "row {}",
+            &inp[0]
+        );
+        let usage: Value = serde_json::from_str(&out[3]).unwrap();
+        assert!(usage["total_tokens"].as_u64().unwrap() > 0);
+        assert_eq!(&out[4], "gpt-4o-mini");
+    }
+    // The model answered every row exactly once, with the system prompt.
+    let served = server.served();
+    assert_eq!(served.len(), 60);
+    assert!(
+        served
+            .iter()
+            .all(|s| s.body["messages"][0]["role"] == "system")
+    );
+    assert!(
+        served
+            .iter()
+            .all(|s| s.body["temperature"] == 0.0 && s.body["max_tokens"] == 5)
+    );
+}
+
+#[tokio::test]
+async fn each_row_gets_its_own_answer_despite_injected_429s() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(2),
+        fail_every: Some((7, 429)),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(300));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out/answers.jsonl", 8, ECHO_OPTIONS),
+    );
+
+    let out = weir(
+        &["run", pipeline.to_str().unwrap(), "--no-progress"],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let lines: Vec<Value> = ws
+        .read("out/answers.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 300);
+    for (i, row) in lines.iter().enumerate() {
+        let text = format!("row {i}, with a comma and \"quotes\"");
+        assert_eq!(row["id"], i.to_string(), "rows keep source order");
+        assert_eq!(row["text"], text);
+        assert_eq!(row["llm_response"], format!("echo: Q{i}: {text}"));
+        let keys: Vec<&String> = row.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "id",
+                "text",
+                "llm_response",
+                "llm_response_usage",
+                "llm_response_model"
+            ]
+        );
+    }
+    let served = server.served();
+    let rejected = served.iter().filter(|s| s.status == 429).count();
+    assert_eq!(
+        served.len(),
+        300 + rejected,
+        "every 429 was retried once more, no extra calls"
+    );
+    assert!(rejected >= 300 / 7, "the script injected {rejected} 429s");
+
+    // The audit trail holds every attempt, with the retried ones marked.
+    let db = Connection::open(ws.path("out/weir-audit.sqlite")).unwrap();
+    let (calls, retried): (i64, i64) = db
+        .query_row(
+            "SELECT count(*), sum(retry_cause = 'capacity') FROM calls WHERE run_id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(calls as usize, served.len());
+    assert_eq!(retried as usize, rejected);
+    assert!(
+        stderr(&out).contains(&format!("retries {rejected} capacity")),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_server_over_capacity_slows_the_run_but_loses_nothing() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(10),
+        capacity: Some(4),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(120));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out.csv", 16, ECHO_OPTIONS),
+    );
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = read_csv(&ws.path("out.csv"));
+    assert_eq!(rows.len(), 121);
+    for (i, row) in rows.iter().skip(1).enumerate() {
+        assert_eq!(&row[0], i.to_string());
+        assert!(row[2].starts_with(&format!("echo: Q{i}: ")), "{:?}", row);
+    }
+    let ok = server.served().iter().filter(|s| s.status == 200).count();
+    assert_eq!(ok, 120);
+}
+
+#[tokio::test]
+async fn failed_rows_are_reported_and_never_take_other_rows_with_them() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write(
+        "in.jsonl",
+        "{\"id\": 1, \"text\": \"fine\"}\n{\"id\": 2}\nnot json\n{\"id\": 4, \"text\": \"also fine\"}\n",
+    );
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.jsonl", "out.jsonl", 4, ECHO_OPTIONS),
+    );
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "rows failed, so the exit status says so"
+    );
+    let summary = stderr(&out);
+    assert!(
+        summary.contains("4 read: 2 ok, 2 failed; 2 written"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("template_rendering_failed: 1 rows; first: row 1 at node `ask`"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("source_invalid: 1 rows; first: row 2 at source"),
+        "{summary}"
+    );
+
+    let written: Vec<Value> = ws
+        .read("out.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(written.len(), 2);
+    assert_eq!(written[0]["llm_response"], "echo: Q1: fine");
+    assert_eq!(written[1]["llm_response"], "echo: Q4: also fine");
+    assert_eq!(
+        server.served().len(),
+        2,
+        "no request is made for a row whose template failed"
+    );
+
+    // Exactly one terminal outcome per source row, with the reason.
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT row_index, outcome, coalesce(error_code, '') FROM row_outcomes ORDER BY row_index")
+        .unwrap();
+    let outcomes: Vec<(i64, String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (0, "completed".into(), "".into()),
+            (1, "failed".into(), "template_rendering_failed".into()),
+            (2, "failed".into(), "source_invalid".into()),
+            (3, "completed".into(), "".into()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn provider_errors_are_not_retried_and_keep_the_providers_message() {
+    let server = TestLlmServer::start(Script {
+        fail_every: Some((1, 400)),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(3));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out.csv", 2, ECHO_OPTIONS),
+    );
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "llm_call_failed: 3 rows; first: row 0 at node `ask`: HTTP 400: Injected failure"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(server.served().len(), 3, "a 400 is not retried");
+    let rows = read_csv(&ws.path("out.csv"));
+    assert_eq!(rows.len(), 1, "only the header: no row succeeded");
+}
+
+#[tokio::test]
+async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
+    let server = TestLlmServer::start(Script {
+        require_key: Some(KEY.into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(5));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out.jsonl", 2, ECHO_OPTIONS),
+    );
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+            ("WEIR_LOG", "trace"),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let served = server.served();
+    assert!(
+        served
+            .iter()
+            .all(|s| s.authorization.as_deref() == Some(&format!("Bearer {KEY}")))
+    );
+    assert!(served.iter().all(|s| !s.body.to_string().contains(KEY)));
+
+    let db = std::fs::read(ws.path("weir-audit.sqlite")).unwrap();
+    let wal = std::fs::read(ws.path("weir-audit.sqlite-wal")).unwrap_or_default();
+    for (what, bytes) in [
+        ("audit database", db),
+        ("audit WAL", wal),
+        ("stderr", out.stderr.clone()),
+        ("stdout", out.stdout.clone()),
+    ] {
+        assert!(
+            !contains(&bytes, KEY.as_bytes()),
+            "the key leaked into the {what}"
+        );
+    }
+    assert!(!ws.read("out.jsonl").contains(KEY));
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let fingerprint: String = db
+        .query_row("SELECT secret_fingerprint FROM endpoints", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(fingerprint.len(), 16);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn a_missing_key_stops_at_once_and_writes_nothing() {
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(3));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out/out.csv", 2, ECHO_OPTIONS),
+    );
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let message = stderr(&out);
+    assert!(
+        message.contains("p.yaml:6: environment variable OPENAI_API_KEY is not set"),
+        "{message}"
+    );
+    assert!(!ws.path("out").exists(), "nothing may be written");
+}
+
+#[tokio::test]
+async fn validate_names_the_line_of_a_bad_option() {
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(1));
+    let options = "      template: \"{{ row.text }}\"\n      temprature: 0.5\n";
+    let pipeline = ws.write("p.yaml", &pipeline_yaml("in.csv", "out.csv", 2, options));
+    let out = weir(
+        &["validate", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let message = stderr(&out);
+    assert!(
+        message.contains("p.yaml:15: transform `ask`: options: unknown field `temprature`"),
+        "{message}"
+    );
+
+    let broken = "      template: \"{{ row.text \"\n";
+    let pipeline = ws.write("p2.yaml", &pipeline_yaml("in.csv", "out.csv", 2, broken));
+    let out = weir(
+        &["validate", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("options.template: syntax error"),
+        "{}",
+        stderr(&out)
+    );
+
+    let good = ws.write(
+        "p3.yaml",
+        &pipeline_yaml("in.csv", "out.csv", 2, ECHO_OPTIONS),
+    );
+    let out = weir(
+        &["validate", good.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("node    ask adds llm_response, llm_response_usage, llm_response_model")
+    );
+}
