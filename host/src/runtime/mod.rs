@@ -52,6 +52,12 @@ impl Runtime {
             .with_context(|| format!("{origin} is not a loadable WebAssembly component"))
     }
 
+    /// Compiles without consulting or filling the cache (for measurements).
+    pub fn compile_uncached(&self, bytes: &[u8]) -> Result<()> {
+        Component::new(&self.engine, bytes).map_err(anyhow::Error::from)?;
+        Ok(())
+    }
+
     pub(crate) fn linker(&self) -> &Linker<GuestState> {
         &self.linker
     }

@@ -225,7 +225,7 @@ async fn answer(
         );
     }
     if let Some((every, status)) = script.fail_every
-        && sequence % every == 0
+        && sequence.is_multiple_of(every)
     {
         log(status);
         return error(

@@ -1,0 +1,32 @@
+//! Benchmarks the real `weir` binary against the test LLM server (a test
+//! tool, not a model) over loopback and prints figures; nothing is asserted.
+//!
+//!   cargo run --release -p weir-bench
+
+mod guest;
+mod throughput;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Benchmark weir against the test LLM server over loopback")]
+pub struct Args {
+    /// Rows per throughput scenario.
+    #[arg(long, default_value_t = 20_000)]
+    rows: usize,
+    /// The weir binary to measure (default: the release build beside this one).
+    #[arg(long)]
+    weir: Option<std::path::PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    println!(
+        "weir benchmark — {} rows per scenario, test LLM server on loopback (not a model)",
+        args.rows
+    );
+    guest::report().await?;
+    throughput::report(&args).await?;
+    Ok(())
+}
