@@ -7,9 +7,9 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use exports::weir::transform::transform::{NodeInfo, Outcome};
-pub use weir::transform::executor::{CallError, Request, Response};
-pub use weir::transform::log::Level;
+pub use self::exports::weir::transform::transform::{NodeInfo, Outcome};
+pub use self::weir::transform::executor::{CallError, Request, Response};
+pub use self::weir::transform::log::Level;
 
 /// The contract version the bindings above were generated from.
 pub const WIT_VERSION: &str = "0.1.0";
