@@ -2,94 +2,14 @@
 //! built-in wasm guest, against the test LLM server (a test tool, not a model)
 //! over loopback, and writes a real SQLite audit database.
 
+mod common;
+
+use common::*;
 use rusqlite::Connection;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 use std::time::Duration;
 use weir_test_llm_server::{Reply, Script, TestLlmServer, expected_answer};
-
-const KEY: &str = "sk-weir-canary-4f1d2e";
-
-struct Workspace {
-    dir: tempfile::TempDir,
-}
-
-impl Workspace {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn write(&self, name: &str, content: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, content).unwrap();
-        path
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.path(name)).unwrap()
-    }
-}
-
-/// Runs `weir` with the given environment (and nothing inherited that names a key).
-async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("OPENAI_MODEL")
-        .env(
-            "WEIR_CACHE_DIR",
-            std::env::temp_dir().join("weir-test-cache"),
-        );
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .expect("weir did not finish within 120 s")
-        .unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn read_csv(path: &Path) -> Vec<csv::StringRecord> {
-    let mut reader = csv::Reader::from_path(path).unwrap();
-    let mut rows = vec![reader.headers().unwrap().clone()];
-    rows.extend(reader.records().map(Result::unwrap));
-    rows
-}
-
-fn pipeline_yaml(source: &str, sink: &str, pool_size: usize, options: &str) -> String {
-    format!(
-        "source:\n  path: {source}\nendpoints:\n  llm:\n    base_url: ${{OPENAI_BASE_URL}}\n    \
-         api_key: ${{OPENAI_API_KEY}}\n    pool_size: {pool_size}\n    max_capacity_retry_seconds: 30\n\
-         transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    options:\n{options}\
-         sinks:\n  - path: {sink}\n"
-    )
-}
-
-const ECHO_OPTIONS: &str =
-    "      model: test-model\n      template: \"Q{{ row.id }}: {{ row.text }}\"\n";
-
-fn numbered_rows(n: usize) -> String {
-    let mut csv = String::from("id,text\n");
-    for i in 0..n {
-        csv.push_str(&format!(
-            "{i},\"row {i}, with a comma and \"\"quotes\"\"\"\n"
-        ));
-    }
-    csv
-}
 
 #[tokio::test]
 async fn sentiment_example_classifies_every_row() {
@@ -434,10 +354,6 @@ async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
         .query_row("SELECT secret_fingerprint FROM endpoints", [], |r| r.get(0))
         .unwrap();
     assert_eq!(fingerprint.len(), 16);
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[tokio::test]

@@ -48,6 +48,7 @@ pub struct NodeConfig {
     /// (name the component uses, endpoint name).
     pub grants: Vec<(String, String)>,
     pub concurrency: usize,
+    pub row_deadline: Option<std::time::Duration>,
 }
 
 #[derive(Debug)]
@@ -221,6 +222,16 @@ fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeCon
             None if pool_total > 0 => pool_total * 2,
             None => std::thread::available_parallelism().map_or(2, |n| n.get()),
         };
+        let row_deadline = match t.row_deadline_seconds {
+            Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
+            Some(_) => {
+                return Err(at(
+                    "row_deadline_seconds",
+                    "row_deadline_seconds must be a positive number of seconds".into(),
+                ));
+            }
+            None => None,
+        };
         nodes.push(NodeConfig {
             index,
             name: t.name.clone(),
@@ -228,6 +239,7 @@ fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeCon
             options_json,
             grants,
             concurrency,
+            row_deadline,
         });
     }
     Ok(nodes)
@@ -241,10 +253,30 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
             format!("endpoint `{name}`: pool_size must be at least 1"),
         ));
     }
+    if e.initial_concurrency == 0 {
+        return Err(at(
+            "initial_concurrency",
+            format!("endpoint `{name}`: initial_concurrency must be at least 1"),
+        ));
+    }
+    for (field, value) in [
+        ("requests_per_minute", e.requests_per_minute),
+        ("tokens_per_minute", e.tokens_per_minute),
+    ] {
+        if value == Some(0) {
+            return Err(at(
+                field,
+                format!(
+                    "endpoint `{name}`: {field} must be at least 1 (leave it out for no limit)"
+                ),
+            ));
+        }
+    }
     for (field, value) in [
         ("max_capacity_retry_seconds", e.max_capacity_retry_seconds),
         ("request_timeout_seconds", e.request_timeout_seconds),
         ("connect_timeout_seconds", e.connect_timeout_seconds),
+        ("breaker_cooldown_seconds", e.breaker_cooldown_seconds),
     ] {
         if !(value.is_finite() && value > 0.0) {
             return Err(at(

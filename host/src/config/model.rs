@@ -86,6 +86,26 @@ pub struct EndpointSpec {
     pub request_timeout_seconds: f64,
     #[serde(default = "defaults::connect_timeout_seconds")]
     pub connect_timeout_seconds: f64,
+    /// Adapt the number of requests in flight to the endpoint's capacity
+    /// (AIMD, up to `pool_size`); when false, always use `pool_size`.
+    #[serde(default = "defaults::adaptive_concurrency")]
+    pub adaptive_concurrency: bool,
+    /// Where the adaptive limit starts; it doubles every round trip until the
+    /// first capacity error.
+    #[serde(default = "defaults::initial_concurrency")]
+    pub initial_concurrency: usize,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Estimated from each request's text (~4 characters a token) plus its `max_tokens`.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u32>,
+    /// Failures in a row (broken connections, timeouts, 5xx other than 503)
+    /// that open the circuit breaker.
+    #[serde(default = "defaults::breaker_failures")]
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before a probe request.
+    #[serde(default = "defaults::breaker_cooldown_seconds")]
+    pub breaker_cooldown_seconds: f64,
 }
 
 pub mod defaults {
@@ -106,6 +126,18 @@ pub mod defaults {
     pub fn connect_timeout_seconds() -> f64 {
         10.0
     }
+    pub fn adaptive_concurrency() -> bool {
+        true
+    }
+    pub fn initial_concurrency() -> usize {
+        4
+    }
+    pub fn breaker_failures() -> u32 {
+        10
+    }
+    pub fn breaker_cooldown_seconds() -> f64 {
+        5.0
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +157,10 @@ pub struct TransformSpec {
     /// of its endpoints, so the pools never wait for rows.
     #[serde(default)]
     pub concurrency: Option<usize>,
+    /// The longest a row may spend in this node's calls, retries included;
+    /// then its pending calls fail with `deadline-exceeded`.
+    #[serde(default)]
+    pub row_deadline_seconds: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]

@@ -99,17 +99,27 @@ impl RunReport {
             let _ = writeln!(
                 s,
                 "  endpoint {}: {} requests, {} ok, {} failed; retries {} capacity, {} transient; \
-                 peak {} of {} in flight; latency p50 {}, p99 {}",
+                 latency p50 {}, p99 {}",
                 e.name,
                 e.stats.requests,
                 e.stats.successes,
                 e.stats.failures,
                 e.stats.capacity_retries,
                 e.stats.transient_retries,
-                e.stats.peak_in_flight,
-                e.pool_size,
                 ms(e.stats.latency_p50_ms),
                 ms(e.stats.latency_p99_ms)
+            );
+            let _ = writeln!(
+                s,
+                "           concurrency limit {} (peak {}) of pool {}, peak {} in flight; \
+                 {} capacity errors; throttled {:.1} s; breaker {}",
+                e.stats.concurrency_limit,
+                e.stats.peak_concurrency_limit,
+                e.pool_size,
+                e.stats.peak_in_flight,
+                e.stats.capacity_errors,
+                e.stats.throttled_seconds,
+                e.stats.breaker
             );
         }
         for (code, g) in &self.failures {

@@ -14,6 +14,7 @@ pub struct Node {
     pub index: usize,
     pub name: String,
     pub concurrency: usize,
+    pub row_deadline: Option<std::time::Duration>,
     pub runtime: NodeRuntime,
 }
 
@@ -24,7 +25,7 @@ pub struct Prepared {
 
 pub async fn prepare(pipeline: &Pipeline, audit: Option<&Arc<AuditLog>>) -> Result<Prepared> {
     let executor = Arc::new(
-        Executor::new(&pipeline.endpoints)
+        Executor::new(&pipeline.endpoints, audit.cloned())
             .map_err(|e| pipeline.file.error_at(&["endpoints"], format!("{e:#}")))?,
     );
     if let Some(audit) = audit {
@@ -44,6 +45,12 @@ pub async fn prepare(pipeline: &Pipeline, audit: Option<&Arc<AuditLog>>) -> Resu
                     "max_retries": endpoint.spec.max_retries,
                     "request_timeout_seconds": endpoint.spec.request_timeout_seconds,
                     "connect_timeout_seconds": endpoint.spec.connect_timeout_seconds,
+                    "adaptive_concurrency": endpoint.spec.adaptive_concurrency,
+                    "initial_concurrency": endpoint.spec.initial_concurrency,
+                    "requests_per_minute": endpoint.spec.requests_per_minute,
+                    "tokens_per_minute": endpoint.spec.tokens_per_minute,
+                    "breaker_failures": endpoint.spec.breaker_failures,
+                    "breaker_cooldown_seconds": endpoint.spec.breaker_cooldown_seconds,
                     "header_names": endpoint.spec.headers.keys().collect::<Vec<_>>(),
                 })
                 .to_string(),
@@ -142,6 +149,7 @@ async fn prepare_node(
         index: config.index,
         name: config.name.clone(),
         concurrency: config.concurrency,
+        row_deadline: config.row_deadline,
         runtime: node_runtime,
     })
 }

@@ -65,7 +65,8 @@ impl Node {
             .iter()
             .map(|r| serde_json::Value::Object(r.clone()).to_string())
             .collect();
-        let scope = vec![RowScope::new(state_id); rows.len()];
+        let deadline = self.row_deadline.map(|d| Instant::now() + d);
+        let scope = vec![RowScope::new(state_id, deadline); rows.len()];
         let mut instance = self
             .runtime
             .checkout()

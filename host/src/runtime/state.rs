@@ -23,6 +23,8 @@ pub struct NodeServices {
 #[derive(Clone)]
 pub struct RowScope {
     pub state_id: u64,
+    /// When the row's calls must be over (`row_deadline_seconds`).
+    pub deadline: Option<std::time::Instant>,
     /// Hands out call indexes, unique within the node state.
     pub calls: Arc<AtomicU32>,
     /// Numbers the logical requests of the node state.
@@ -30,9 +32,10 @@ pub struct RowScope {
 }
 
 impl RowScope {
-    pub fn new(state_id: u64) -> Self {
+    pub fn new(state_id: u64, deadline: Option<std::time::Instant>) -> Self {
         Self {
             state_id,
+            deadline,
             calls: Arc::new(AtomicU32::new(0)),
             requests: Arc::new(AtomicU32::new(0)),
         }
@@ -120,7 +123,7 @@ async fn send_one(
         .as_ref()
         .map(|_| hashing::json_text_sha256(&body));
     let result = endpoint
-        .send(&body, |attempt| {
+        .send(&body, scope.deadline, |attempt| {
             let (Some(audit), Some(request_sha256)) = (&node.audit, &request_sha256) else {
                 return;
             };

@@ -4,6 +4,7 @@
 //! latency, a concurrency capacity and injected errors are scripted.
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the server makes up an answer from the last user message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,12 +24,41 @@ pub enum Reply {
     Sentiment,
 }
 
+/// A way to answer badly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// This status with a JSON error body (and `Retry-After` for 429/503/529).
+    Status(u16),
+    /// No answer for `Script::hang` (longer than the client's timeout).
+    Hang,
+    /// The connection breaks right after the headers.
+    Reset,
+    /// A 200 whose body stops half-way.
+    Truncated,
+    /// A 200 whose body is not JSON.
+    MalformedJson,
+    /// A 502 with an HTML error page, as proxies send.
+    HtmlPage,
+}
+
 #[derive(Debug, Clone)]
 pub struct Script {
     pub reply: Reply,
     pub latency: Duration,
     /// Requests beyond this many at once get 429 with `Retry-After`.
     pub capacity: Option<usize>,
+    /// (time since start, capacity): the capacity changes at each time given.
+    pub capacity_steps: Vec<(Duration, usize)>,
+    /// Requests per minute, as a token bucket holding 6 seconds' worth; every
+    /// answer carries `x-ratelimit-*-requests` headers.
+    pub requests_per_minute: Option<u32>,
+    /// (from, to) since start: every request in the window gets 500.
+    pub outage: Option<(Duration, Duration)>,
+    /// This share of requests (0 to 1) gets one of `fault_kinds`, chosen by a
+    /// hash of the request's sequence number, so runs repeat exactly.
+    pub fault_rate: f64,
+    pub fault_kinds: Vec<Fault>,
+    pub hang: Duration,
     /// Every n-th request (1-based count) is answered with this status instead.
     pub fail_every: Option<(u64, u16)>,
     /// The `Retry-After` seconds sent with 429/503 answers.
@@ -43,6 +73,12 @@ impl Default for Script {
             reply: Reply::Echo,
             latency: Duration::ZERO,
             capacity: None,
+            capacity_steps: Vec::new(),
+            requests_per_minute: None,
+            outage: None,
+            fault_rate: 0.0,
+            fault_kinds: Vec::new(),
+            hang: Duration::from_secs(30),
             fail_every: None,
             retry_after_seconds: Some(0.0),
             require_key: None,
@@ -54,14 +90,22 @@ impl Default for Script {
 #[derive(Debug, Clone)]
 pub struct Served {
     pub sequence: u64,
+    /// When the request arrived, since the server started.
+    pub at: Duration,
     pub status: u16,
     pub user_message: String,
     pub body: Value,
     pub authorization: Option<String>,
+    pub api_key_header: Option<String>,
+    pub path: String,
+    /// The fault injected into this answer, if any.
+    pub fault: Option<Fault>,
 }
 
 struct Shared {
     script: Script,
+    started: Instant,
+    bucket: Mutex<Bucket>,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
     count: AtomicU64,
@@ -81,8 +125,11 @@ impl TestLlmServer {
     }
 
     pub async fn bind(script: Script, addr: &str) -> std::io::Result<Self> {
+        let bucket = Bucket::full(script.requests_per_minute);
         let shared = Arc::new(Shared {
             script,
+            started: Instant::now(),
+            bucket: Mutex::new(bucket),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
             count: AtomicU64::new(0),
@@ -90,6 +137,10 @@ impl TestLlmServer {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(chat),
+            )
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -97,6 +148,11 @@ impl TestLlmServer {
             let _ = axum::serve(listener, app).await;
         });
         Ok(Self { addr, shared, task })
+    }
+
+    /// The server's root, for endpoints that build their own paths (Azure).
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// What `OPENAI_BASE_URL` should be set to.
@@ -160,22 +216,93 @@ pub fn expected_answer(reply: Reply, message: &str) -> String {
     }
 }
 
-async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: String) -> Response {
+/// A token bucket of requests: refills at `per_minute / 60` a second and
+/// holds 6 seconds' worth.
+struct Bucket {
+    per_second: f64,
+    capacity: f64,
+    level: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(per_minute: Option<u32>) -> Self {
+        let per_second = per_minute.map_or(0.0, |m| m as f64 / 60.0);
+        let capacity = (per_second * 6.0).max(1.0);
+        Self {
+            per_second,
+            capacity,
+            level: capacity,
+            at: Instant::now(),
+        }
+    }
+
+    /// Takes one request if there is room; returns the headers' figures.
+    fn take(&mut self) -> (bool, u64, Duration) {
+        let now = Instant::now();
+        self.level =
+            (self.level + (now - self.at).as_secs_f64() * self.per_second).min(self.capacity);
+        self.at = now;
+        let allowed = self.level >= 1.0;
+        if allowed {
+            self.level -= 1.0;
+        }
+        let to_full = Duration::from_secs_f64((self.capacity - self.level) / self.per_second);
+        (allowed, self.level.floor() as u64, to_full)
+    }
+}
+
+async fn chat(
+    State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let response = answer(&shared, sequence, now, &headers, &body).await;
+    let response = answer(&shared, sequence, now, uri.path(), &headers, &body).await;
     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
+}
+
+fn capacity_now(script: &Script, since_start: Duration) -> Option<usize> {
+    script
+        .capacity_steps
+        .iter()
+        .rev()
+        .find(|(at, _)| since_start >= *at)
+        .map(|(_, c)| *c)
+        .or(script.capacity)
+}
+
+/// A well-mixed hash of the sequence number (splitmix64), for repeatable faults.
+fn mix(sequence: u64) -> u64 {
+    let mut z = sequence.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn fault_for(script: &Script, sequence: u64) -> Option<Fault> {
+    if script.fault_kinds.is_empty() || script.fault_rate <= 0.0 {
+        return None;
+    }
+    let h = mix(sequence);
+    let roll = (h >> 11) as f64 / (1u64 << 53) as f64;
+    (roll < script.fault_rate)
+        .then(|| script.fault_kinds[(h % script.fault_kinds.len() as u64) as usize])
 }
 
 async fn answer(
     shared: &Shared,
     sequence: u64,
     in_flight: usize,
+    path: &str,
     headers: &HeaderMap,
     body: &str,
 ) -> Response {
+    let since_start = shared.started.elapsed();
     let script = &shared.script;
     let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let user_message = parsed["messages"]
@@ -188,24 +315,37 @@ async fn answer(
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let log = |status: u16| {
+    let api_key_header = headers
+        .get("api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let log = |status: u16, fault: Option<Fault>| {
         shared.log.lock().unwrap().push(Served {
+            fault,
             sequence,
+            at: since_start,
             status,
             user_message: user_message.clone(),
             body: parsed.clone(),
             authorization: authorization.clone(),
+            api_key_header: api_key_header.clone(),
+            path: path.to_string(),
         })
     };
 
+    let azure = path.starts_with("/openai/");
+    let key_ok = |key: &str| match azure {
+        true => api_key_header.as_deref() == Some(key),
+        false => authorization.as_deref() == Some(&format!("Bearer {key}")),
+    };
     if let Some(key) = &script.require_key
-        && authorization.as_deref() != Some(&format!("Bearer {key}"))
+        && !key_ok(key)
     {
-        log(401);
+        log(401, None);
         return error(401, "invalid_api_key", "Incorrect API key provided", None);
     }
     if parsed.is_null() {
-        log(400);
+        log(400, None);
         return error(
             400,
             "invalid_json",
@@ -213,10 +353,42 @@ async fn answer(
             None,
         );
     }
-    if let Some(capacity) = script.capacity
+    if let Some((from, to)) = script.outage
+        && since_start >= from
+        && since_start < to
+    {
+        log(500, None);
+        return error(500, "server_error", "The server is down", None);
+    }
+    let mut rate_headers = Vec::new();
+    if let Some(rpm) = script.requests_per_minute {
+        let (allowed, remaining, to_full) = shared.bucket.lock().unwrap().take();
+        rate_headers = vec![
+            ("x-ratelimit-limit-requests", rpm.to_string()),
+            ("x-ratelimit-remaining-requests", remaining.to_string()),
+            (
+                "x-ratelimit-reset-requests",
+                format!("{:.3}s", to_full.as_secs_f64()),
+            ),
+        ];
+        if !allowed {
+            log(429, None);
+            let mut response = error(
+                429,
+                "rate_limit_exceeded",
+                "Requests per minute exceeded",
+                None,
+            );
+            let next_ms = (60_000.0 / rpm as f64).ceil();
+            add_headers(&mut response, &rate_headers);
+            add_headers(&mut response, &[("retry-after-ms", next_ms.to_string())]);
+            return response;
+        }
+    }
+    if let Some(capacity) = capacity_now(script, since_start)
         && in_flight > capacity
     {
-        log(429);
+        log(429, None);
         return error(
             429,
             "rate_limit_exceeded",
@@ -227,7 +399,7 @@ async fn answer(
     if let Some((every, status)) = script.fail_every
         && sequence.is_multiple_of(every)
     {
-        log(status);
+        log(status, None);
         return error(
             status,
             "injected",
@@ -235,8 +407,11 @@ async fn answer(
             script.retry_after_seconds,
         );
     }
+    if let Some(fault) = fault_for(script, sequence) {
+        return faulty(shared, fault, &|status| log(status, Some(fault))).await;
+    }
     tokio::time::sleep(script.latency).await;
-    log(200);
+    log(200, None);
     let content = expected_answer(script.reply, &user_message);
     let prompt_tokens = user_message.split_whitespace().count();
     let completion_tokens = content.split_whitespace().count();
@@ -248,12 +423,75 @@ async fn answer(
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens}
     });
-    (
+    let mut response = (
         StatusCode::OK,
         [("content-type", "application/json")],
         reply.to_string(),
     )
-        .into_response()
+        .into_response();
+    add_headers(&mut response, &rate_headers);
+    response
+}
+
+async fn faulty(shared: &Shared, fault: Fault, log: &impl Fn(u16)) -> Response {
+    match fault {
+        Fault::Status(status) => {
+            log(status);
+            error(
+                status,
+                "injected",
+                "Injected failure",
+                shared.script.retry_after_seconds,
+            )
+        }
+        Fault::Hang => {
+            tokio::time::sleep(shared.script.hang).await;
+            log(504);
+            error(504, "timeout", "Hung", None)
+        }
+        Fault::Reset | Fault::Truncated => {
+            log(200);
+            let head = if fault == Fault::Truncated {
+                "{\"choices\": [{\"mess"
+            } else {
+                ""
+            };
+            let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(Bytes::from(head)),
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected reset",
+                )),
+            ];
+            Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .header("content-length", "4096")
+                .body(Body::from_stream(futures::stream::iter(chunks)))
+                .unwrap()
+        }
+        Fault::MalformedJson => {
+            log(200);
+            let body = "{\"choices\": [{\"message\": oops";
+            (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+        }
+        Fault::HtmlPage => {
+            log(502);
+            let page = "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>";
+            (
+                StatusCode::BAD_GATEWAY,
+                [("content-type", "text/html")],
+                page,
+            )
+                .into_response()
+        }
+    }
+}
+
+fn add_headers(response: &mut Response, headers: &[(&'static str, String)]) {
+    for (name, value) in headers {
+        response.headers_mut().insert(*name, value.parse().unwrap());
+    }
 }
 
 fn error(status: u16, code: &str, message: &str, retry_after: Option<f64>) -> Response {

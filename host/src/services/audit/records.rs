@@ -84,6 +84,14 @@ pub struct OutcomeRecord {
     pub rows_written: u64,
 }
 
+/// Something that happened to an endpoint (its circuit breaker opening, …).
+pub struct EndpointEventRecord {
+    pub endpoint: String,
+    pub at_ms: i64,
+    pub event: String,
+    pub detail: String,
+}
+
 pub enum Record {
     Node(NodeRecord),
     Endpoint(EndpointRecord),
@@ -92,5 +100,6 @@ pub enum Record {
     Attribute(AttributeRecord),
     Call(CallRecord),
     Outcome(OutcomeRecord),
+    EndpointEvent(EndpointEventRecord),
     RunFinished(RunEnd),
 }

@@ -14,7 +14,7 @@ CREATE TABLE IF NOT EXISTS runs (
     rows_total      INTEGER,
     rows_completed  INTEGER,
     rows_failed     INTEGER,
-    summary_json    TEXT                -- per-endpoint statistics
+    summary_json    TEXT                -- per-endpoint statistics (calls, retries, limit over time, …)
 );
 
 CREATE TABLE IF NOT EXISTS nodes (
@@ -104,4 +104,14 @@ CREATE TABLE IF NOT EXISTS row_outcomes (
     error_message  TEXT,
     rows_written   INTEGER NOT NULL,      -- output rows written to each sink
     PRIMARY KEY (run_id, row_index)
+);
+
+-- Changes of an endpoint's state: its circuit breaker opening, half-opening
+-- for a probe, closing again.
+CREATE TABLE IF NOT EXISTS endpoint_events (
+    run_id    INTEGER NOT NULL,
+    endpoint  TEXT NOT NULL,
+    at_ms     INTEGER NOT NULL,
+    event     TEXT NOT NULL,          -- breaker_open | breaker_half_open | breaker_closed
+    detail    TEXT NOT NULL
 );

@@ -123,6 +123,10 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
                     o.rows_written
                 ])?;
         }
+        Record::EndpointEvent(e) => {
+            tx.prepare_cached("INSERT INTO endpoint_events VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(params![run, e.endpoint, e.at_ms, e.event, e.detail])?;
+        }
         Record::RunFinished(end) => {
             tx.prepare_cached(
                 "UPDATE runs SET finished_at_ms = ?2, status = ?3, rows_total = ?4,

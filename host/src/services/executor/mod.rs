@@ -1,20 +1,30 @@
 //! The pooled HTTP executor: one pool per endpoint, shared by every node and
-//! row that uses it, with bounded concurrency and retries to a deadline.
+//! row that uses it. Each request passes the endpoint's circuit breaker, its
+//! rate limits and its adaptive concurrency limit, then is retried by cause:
+//! capacity errors until a deadline, transient ones a bounded number of times,
+//! and never the ones retrying cannot fix.
 
+mod breaker;
+mod limiter;
+mod rate;
 mod retry;
 mod stats;
 mod target;
 
+pub use breaker::BreakerState;
 pub use stats::StatsSnapshot;
 
 use crate::config::{EndpointKind, EndpointSpec};
+use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
 use anyhow::{Context, Result};
+use breaker::{Breaker, Transition};
+use limiter::{Limiter, Signal};
+use rate::RateLimits;
 use retry::Verdict;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::Target;
-use tokio::sync::Semaphore;
 
 const CAPACITY_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(10));
@@ -55,10 +65,18 @@ pub struct Executor {
 }
 
 impl Executor {
-    pub fn new(specs: &BTreeMap<String, EndpointSpec>) -> Result<Self> {
+    pub fn new(
+        specs: &BTreeMap<String, EndpointSpec>,
+        audit: Option<Arc<AuditLog>>,
+    ) -> Result<Self> {
         let endpoints = specs
             .iter()
-            .map(|(name, spec)| Ok((name.clone(), Arc::new(Endpoint::new(name, spec)?))))
+            .map(|(name, spec)| {
+                Ok((
+                    name.clone(),
+                    Arc::new(Endpoint::new(name, spec, audit.clone())?),
+                ))
+            })
             .collect::<Result<_>>()?;
         Ok(Self { endpoints })
     }
@@ -77,12 +95,21 @@ pub struct Endpoint {
     pub spec: EndpointSpec,
     target: Target,
     client: reqwest::Client,
-    permits: Semaphore,
+    limiter: Limiter,
+    breaker: Breaker,
+    rates: RateLimits,
     stats: stats::Stats,
+    audit: Option<Arc<AuditLog>>,
+}
+
+/// Why a request stopped waiting or retrying.
+enum Stop {
+    RowDeadline,
+    RetryBudget,
 }
 
 impl Endpoint {
-    fn new(name: &str, spec: &EndpointSpec) -> Result<Self> {
+    fn new(name: &str, spec: &EndpointSpec, audit: Option<Arc<AuditLog>>) -> Result<Self> {
         let target = Target::new(name, spec)?;
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
@@ -90,13 +117,24 @@ impl Endpoint {
             .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
             .build()
             .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?;
+        let initial = if spec.adaptive_concurrency {
+            spec.initial_concurrency
+        } else {
+            spec.pool_size
+        };
         Ok(Self {
             name: name.to_string(),
             spec: spec.clone(),
             target,
             client,
-            permits: Semaphore::new(spec.pool_size),
+            limiter: Limiter::new(initial, spec.pool_size),
+            breaker: Breaker::new(
+                spec.breaker_failures,
+                Duration::from_secs_f64(spec.breaker_cooldown_seconds),
+            ),
+            rates: RateLimits::new(spec.requests_per_minute, spec.tokens_per_minute),
             stats: stats::Stats::default(),
+            audit,
         })
     }
 
@@ -113,73 +151,138 @@ impl Endpoint {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        self.stats
+            .snapshot(self.limiter.snapshot(), self.breaker.state())
     }
 
-    /// Sends `body`, retrying capacity errors until `max_capacity_retry_seconds`
-    /// after the first attempt and transient ones up to `max_retries` times.
-    /// A pool slot is held only while a request is on the wire, never while
-    /// waiting to retry.
+    /// Sends `body`. Capacity errors are retried until
+    /// `max_capacity_retry_seconds` after the first attempt, transient ones up
+    /// to `max_retries` times, and nothing outlives `row_deadline`. A slot of
+    /// the pool is held only while a request is on the wire.
     pub async fn send(
         &self,
         body: &str,
+        row_deadline: Option<Instant>,
         mut on_attempt: impl FnMut(Attempt<'_>),
     ) -> Result<Response, CallError> {
         self.stats.request_started();
-        let budget = Duration::from_secs_f64(self.spec.max_capacity_retry_seconds);
+        let tokens = if self.rates.is_limited() {
+            rate::estimate_tokens(body)
+        } else {
+            0
+        };
         let mut first: Option<Instant> = None;
         let (mut attempt, mut capacity_retries, mut transient_retries) = (0u32, 0u32, 0u32);
         loop {
-            let permit = self
-                .permits
-                .acquire()
-                .await
-                .expect("the pool semaphore is never closed");
+            let budget_end =
+                first.map(|f| f + Duration::from_secs_f64(self.spec.max_capacity_retry_seconds));
+            let wait_deadline = earliest(row_deadline, budget_end);
+            let (ticket, permit) = match self.admit(tokens, wait_deadline).await {
+                Some(admitted) => admitted,
+                None => {
+                    let stop = if row_deadline == wait_deadline {
+                        Stop::RowDeadline
+                    } else {
+                        Stop::RetryBudget
+                    };
+                    return self.give_up(
+                        stop,
+                        attempt,
+                        first,
+                        "waiting for the endpoint (circuit breaker open or limits reached)",
+                    );
+                }
+            };
             let started = Instant::now();
-            let first = *first.get_or_insert(started);
-            let started_at_ms = crate::services::audit::now_ms();
+            let first_attempt = *first.get_or_insert(started);
+            let started_at_ms = now_ms();
             attempt += 1;
             self.stats.attempt_started();
-            let result = self.attempt_once(body).await;
+            let timeout = match row_deadline {
+                Some(d) => self
+                    .request_timeout()
+                    .min(d.saturating_duration_since(started)),
+                None => self.request_timeout(),
+            };
+            let result = self.attempt_once(body, timeout).await;
             let latency = started.elapsed();
             self.stats.attempt_ended(latency);
-            drop(permit);
 
             let verdict = match &result {
-                Ok((status, headers, text)) => retry::classify_status(*status, headers, text),
+                Ok(answer) => retry::classify_status(answer.status, &answer.headers, &answer.body),
+                Err(failure) if failure.timed_out => Verdict::Timeout,
                 Err(_) => Verdict::Transient,
             };
-            let elapsed = first.elapsed();
+            permit.release(match verdict {
+                Verdict::Success => Signal::Success,
+                Verdict::Capacity { .. } | Verdict::Timeout if self.spec.adaptive_concurrency => {
+                    Signal::Capacity
+                }
+                _ => Signal::Neutral,
+            });
+            let failure = match (&result, verdict) {
+                (Err(f), _) => Some(f.message.clone()),
+                (Ok(a), Verdict::Transient) => Some(format!("HTTP {}", a.status)),
+                _ => None,
+            };
+            if let Some(transition) = self.breaker.record(ticket, failure.as_deref()) {
+                self.report(transition);
+            }
+            if let Ok(answer) = &result {
+                if matches!(verdict, Verdict::Capacity { .. }) {
+                    self.stats.capacity_error();
+                }
+                match rate::window(&answer.headers) {
+                    Some(rate::Window::Spent(hold)) => {
+                        self.limiter.pause_until(Instant::now() + hold);
+                        self.limiter.set_min_spacing(Some(hold));
+                    }
+                    Some(rate::Window::Open) => self.limiter.set_min_spacing(None),
+                    None => {}
+                }
+            }
+
+            let elapsed = first_attempt.elapsed();
+            let budget = Duration::from_secs_f64(self.spec.max_capacity_retry_seconds);
             let wait = match verdict {
                 Verdict::Capacity { retry_after } => {
                     let backoff =
                         retry::backoff(capacity_retries, CAPACITY_BACKOFF.0, CAPACITY_BACKOFF.1);
                     Some(retry_after.map_or(backoff, |r| r.max(backoff)))
                 }
-                Verdict::Transient if transient_retries < self.spec.max_retries => Some(
-                    retry::backoff(transient_retries, TRANSIENT_BACKOFF.0, TRANSIENT_BACKOFF.1),
-                ),
-                _ => None,
-            }
-            .filter(|wait| elapsed + *wait < budget);
-
-            let tokens = match (&result, verdict) {
-                (Ok((_, _, text)), Verdict::Success) => self.usage(text),
+                Verdict::Transient | Verdict::Timeout
+                    if transient_retries < self.spec.max_retries =>
+                {
+                    Some(retry::backoff(
+                        transient_retries,
+                        TRANSIENT_BACKOFF.0,
+                        TRANSIENT_BACKOFF.1,
+                    ))
+                }
                 _ => None,
             };
-            if let Some((prompt, completion)) = tokens {
+            let in_time = |wait: &Duration| {
+                elapsed + *wait < budget && row_deadline.is_none_or(|d| Instant::now() + *wait < d)
+            };
+            let wait = wait.filter(in_time);
+
+            let tokens_used = match (&result, verdict) {
+                (Ok(answer), Verdict::Success) => self.usage(&answer.body),
+                _ => None,
+            };
+            if let Some((prompt, completion)) = tokens_used {
                 self.stats.tokens(prompt, completion);
             }
             let retry_cause = wait.and(verdict.retry_cause());
             on_attempt(Attempt {
                 attempt,
-                status: result.as_ref().ok().map(|(s, _, _)| *s),
-                body: result.as_ref().ok().map(|(_, _, b)| b.as_str()),
-                error: result.as_ref().err().cloned(),
+                status: result.as_ref().ok().map(|a| a.status),
+                body: result.as_ref().ok().map(|a| a.body.as_str()),
+                error: result.as_ref().err().map(|f| f.message.clone()),
                 retry_cause,
                 latency,
                 started_at_ms,
-                tokens,
+                tokens: tokens_used,
             });
 
             if let Some(wait) = wait {
@@ -191,17 +294,101 @@ impl Endpoint {
                 tokio::time::sleep(wait).await;
                 continue;
             }
-            let outcome = self.conclude(result, verdict, attempt, first.elapsed());
+            let outcome = self.conclude(
+                result,
+                verdict,
+                attempt,
+                first_attempt.elapsed(),
+                row_deadline,
+            );
             self.stats.finished(outcome.is_ok());
             return outcome;
         }
     }
 
-    async fn attempt_once(
+    /// Waits for the breaker, the rate limits and a slot in the pool.
+    async fn admit(
         &self,
-        body: &str,
-    ) -> Result<(u16, reqwest::header::HeaderMap, String), String> {
-        let timeout = Duration::from_secs_f64(self.spec.request_timeout_seconds);
+        tokens: u32,
+        deadline: Option<Instant>,
+    ) -> Option<(breaker::Ticket, limiter::Permit<'_>)> {
+        let waited = Instant::now();
+        let (ticket, transition) = self.breaker.admit(deadline).await;
+        if let Some(transition) = transition {
+            self.report(transition);
+        }
+        let ticket = ticket?;
+        if self.rates.is_limited() {
+            let admitted = match deadline {
+                Some(d) => tokio::time::timeout_at(d.into(), self.rates.admit(tokens))
+                    .await
+                    .is_ok(),
+                None => {
+                    self.rates.admit(tokens).await;
+                    true
+                }
+            };
+            if !admitted {
+                self.breaker.record(ticket, None);
+                return None;
+            }
+        }
+        let permit = self.limiter.acquire(deadline).await;
+        self.stats.throttled(waited.elapsed());
+        match permit {
+            Some(permit) => Some((ticket, permit)),
+            None => {
+                self.breaker.record(ticket, None);
+                None
+            }
+        }
+    }
+
+    fn request_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.spec.request_timeout_seconds)
+    }
+
+    fn give_up(
+        &self,
+        stop: Stop,
+        attempts: u32,
+        first: Option<Instant>,
+        doing: &str,
+    ) -> Result<Response, CallError> {
+        self.stats.finished(false);
+        let spent = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+        let why = match stop {
+            Stop::RowDeadline => "the row's deadline (row_deadline_seconds) passed".to_string(),
+            Stop::RetryBudget => format!(
+                "max_capacity_retry_seconds ({} s) ran out",
+                self.spec.max_capacity_retry_seconds
+            ),
+        };
+        Err(CallError::DeadlineExceeded(format!(
+            "endpoint `{}`: {why} while {doing}, after {attempts} attempts in {spent:.1} s",
+            self.name
+        )))
+    }
+
+    /// Logs and audits a change of the circuit breaker.
+    fn report(&self, transition: Transition) {
+        tracing::warn!(
+            endpoint = %self.name,
+            "circuit breaker {}: {}",
+            transition.to.name(),
+            transition.reason
+        );
+        if let Some(audit) = &self.audit {
+            audit.record(Record::EndpointEvent(EndpointEventRecord {
+                endpoint: self.name.clone(),
+                at_ms: now_ms(),
+                event: format!("breaker_{}", transition.to.name().replace('-', "_")),
+                detail: transition.reason,
+            }));
+        }
+    }
+
+    async fn attempt_once(&self, body: &str, timeout: Duration) -> Result<Answer, AttemptFailure> {
         let response = self
             .client
             .post(self.target.url.clone())
@@ -210,29 +397,37 @@ impl Endpoint {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| describe_transport(&e, timeout))?;
+            .map_err(|e| AttemptFailure::from_reqwest(&e, timeout))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| format!("the answer broke off: {}", describe_transport(&e, timeout)))?;
-        Ok((status, headers, text))
+        let body = response.text().await.map_err(|e| {
+            let mut failure = AttemptFailure::from_reqwest(&e, timeout);
+            failure.message = format!("the answer broke off: {}", failure.message);
+            failure
+        })?;
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
     }
 
     fn conclude(
         &self,
-        result: Result<(u16, reqwest::header::HeaderMap, String), String>,
+        result: Result<Answer, AttemptFailure>,
         verdict: Verdict,
         attempts: u32,
         elapsed: Duration,
+        row_deadline: Option<Instant>,
     ) -> Result<Response, CallError> {
         let name = &self.name;
+        let deadline_passed = row_deadline.is_some_and(|d| Instant::now() >= d);
         match result {
-            Ok((status, _, body)) => {
+            Ok(answer) => {
+                let status = answer.status;
                 let response = Response {
                     status,
-                    body,
+                    body: answer.body,
                     attempts,
                     latency: elapsed,
                 };
@@ -240,15 +435,28 @@ impl Endpoint {
                     Verdict::Success => Ok(response),
                     Verdict::Capacity { .. } => Err(CallError::DeadlineExceeded(format!(
                         "endpoint `{name}` was still over capacity (HTTP {status}) after {attempts} \
-                         attempts in {:.1} s; max_capacity_retry_seconds is {} s",
+                         attempts in {:.1} s; {}",
                         elapsed.as_secs_f64(),
-                        self.spec.max_capacity_retry_seconds
+                        if deadline_passed {
+                            "the row's deadline (row_deadline_seconds) passed".to_string()
+                        } else {
+                            format!(
+                                "max_capacity_retry_seconds is {} s",
+                                self.spec.max_capacity_retry_seconds
+                            )
+                        }
                     ))),
                     _ => Err(CallError::Status(response)),
                 }
             }
-            Err(message) => Err(CallError::Transport(format!(
-                "endpoint `{name}`: {message} (after {attempts} attempts)"
+            Err(failure) if deadline_passed => Err(CallError::DeadlineExceeded(format!(
+                "endpoint `{name}`: the row's deadline (row_deadline_seconds) passed; last attempt: {} \
+                 (after {attempts} attempts)",
+                failure.message
+            ))),
+            Err(failure) => Err(CallError::Transport(format!(
+                "endpoint `{name}`: {} (after {attempts} attempts)",
+                failure.message
             ))),
         }
     }
@@ -262,6 +470,33 @@ impl Endpoint {
         let usage = value.get("usage")?;
         let count = |key: &str| usage.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
         Some((count("prompt_tokens"), count("completion_tokens")))
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: String,
+}
+
+struct AttemptFailure {
+    message: String,
+    timed_out: bool,
+}
+
+impl AttemptFailure {
+    fn from_reqwest(err: &reqwest::Error, timeout: Duration) -> Self {
+        Self {
+            message: describe_transport(err, timeout),
+            timed_out: err.is_timeout(),
+        }
     }
 }
 

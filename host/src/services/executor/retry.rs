@@ -12,8 +12,11 @@ pub enum Verdict {
     Capacity {
         retry_after: Option<Duration>,
     },
-    /// Likely to pass (other 5xx, 408, timeouts, broken connections): a few retries.
+    /// Likely to pass (other 5xx, 408, broken connections): a few retries.
     Transient,
+    /// No answer in time: retried like a transient failure, and taken as a
+    /// sign of overload by the adaptive limit.
+    Timeout,
     /// Retrying cannot help (400, 401, 403, 404, 413, quota exhausted, …).
     Fatal,
 }
@@ -22,7 +25,7 @@ impl Verdict {
     pub fn retry_cause(&self) -> Option<&'static str> {
         match self {
             Verdict::Capacity { .. } => Some("capacity"),
-            Verdict::Transient => Some("transient"),
+            Verdict::Transient | Verdict::Timeout => Some("transient"),
             _ => None,
         }
     }

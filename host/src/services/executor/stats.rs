@@ -1,5 +1,7 @@
 //! Per-endpoint counters, shown in the run summary and stored with the run.
 
+use super::breaker::BreakerState;
+use super::limiter::LimiterSnapshot;
 use serde::Serialize;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -15,6 +17,8 @@ pub struct Stats {
     transient_retries: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
+    capacity_errors: AtomicU64,
+    throttled_us: AtomicU64,
     in_flight: AtomicU64,
     peak_in_flight: AtomicU64,
     latencies_ms: Mutex<Vec<u32>>,
@@ -30,7 +34,17 @@ pub struct StatsSnapshot {
     pub transient_retries: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// 429/503/529 answers received.
+    pub capacity_errors: u64,
     pub peak_in_flight: u64,
+    /// The adaptive concurrency limit now, at its highest, and at each change
+    /// as (seconds since start, limit).
+    pub concurrency_limit: u32,
+    pub peak_concurrency_limit: u32,
+    pub concurrency_limit_changes: Vec<(f64, u32)>,
+    /// Total time requests waited for the breaker, rate limits or a slot.
+    pub throttled_seconds: f64,
+    pub breaker: &'static str,
     pub latency_p50_ms: Option<u32>,
     pub latency_p99_ms: Option<u32>,
 }
@@ -67,12 +81,21 @@ impl Stats {
         }
     }
 
+    pub fn capacity_error(&self) {
+        self.capacity_errors.fetch_add(1, Relaxed);
+    }
+
+    pub fn throttled(&self, waited: Duration) {
+        self.throttled_us
+            .fetch_add(waited.as_micros() as u64, Relaxed);
+    }
+
     pub fn tokens(&self, prompt: u64, completion: u64) {
         self.prompt_tokens.fetch_add(prompt, Relaxed);
         self.completion_tokens.fetch_add(completion, Relaxed);
     }
 
-    pub fn snapshot(&self) -> StatsSnapshot {
+    pub fn snapshot(&self, limiter: LimiterSnapshot, breaker: BreakerState) -> StatsSnapshot {
         let mut latencies = self.latencies_ms.lock().expect("stats lock").clone();
         latencies.sort_unstable();
         let pick = |q: f64| -> Option<u32> {
@@ -88,7 +111,17 @@ impl Stats {
             transient_retries: self.transient_retries.load(Relaxed),
             prompt_tokens: self.prompt_tokens.load(Relaxed),
             completion_tokens: self.completion_tokens.load(Relaxed),
+            capacity_errors: self.capacity_errors.load(Relaxed),
             peak_in_flight: self.peak_in_flight.load(Relaxed),
+            concurrency_limit: limiter.limit,
+            peak_concurrency_limit: limiter.peak_limit,
+            concurrency_limit_changes: limiter
+                .samples
+                .iter()
+                .map(|(at, limit)| ((at.as_secs_f64() * 1000.0).round() / 1000.0, *limit))
+                .collect(),
+            throttled_seconds: self.throttled_us.load(Relaxed) as f64 / 1e6,
+            breaker: breaker.name(),
             latency_p50_ms: pick(0.5),
             latency_p99_ms: pick(0.99),
         }

@@ -1,0 +1,234 @@
+//! The circuit breaker of one endpoint.
+//!
+//! Closed: requests flow; `threshold` failures in a row (broken connections,
+//! timeouts, 5xx other than capacity answers) open it. Open: requests wait
+//! (until their own deadline at most) instead of failing, for `cooldown`.
+//! Then one request goes through as a probe (half-open): its success closes
+//! the breaker, its failure opens it again. Capacity answers (429/503/529)
+//! never open it: they say the endpoint is busy, not broken, and the
+//! adaptive limit handles them.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl BreakerState {
+    pub fn name(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half-open",
+        }
+    }
+}
+
+/// A change of state, for the log and the audit trail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub to: BreakerState,
+    pub reason: String,
+}
+
+pub struct Breaker {
+    threshold: u32,
+    cooldown: Duration,
+    state: Mutex<Inner>,
+    notify: Notify,
+}
+
+struct Inner {
+    state: BreakerState,
+    consecutive_failures: u32,
+    open_until: Instant,
+    probe_out: bool,
+}
+
+/// Admission to send one request; says whether it is the half-open probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    pub probe: bool,
+}
+
+impl Breaker {
+    pub fn new(threshold: u32, cooldown: Duration) -> Self {
+        Self {
+            threshold: threshold.max(1),
+            cooldown,
+            state: Mutex::new(Inner {
+                state: BreakerState::Closed,
+                consecutive_failures: 0,
+                open_until: Instant::now(),
+                probe_out: false,
+            }),
+            notify: Notify::new(),
+        }
+    }
+
+    pub fn state(&self) -> BreakerState {
+        self.state.lock().expect("breaker lock").state
+    }
+
+    /// Waits while the breaker is open (or its probe is out). `None` when
+    /// `deadline` passes first. A transition to half-open is reported.
+    pub async fn admit(&self, deadline: Option<Instant>) -> (Option<Ticket>, Option<Transition>) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wake = {
+                let mut s = self.state.lock().expect("breaker lock");
+                let now = Instant::now();
+                match s.state {
+                    BreakerState::Closed => return (Some(Ticket { probe: false }), None),
+                    BreakerState::Open if now >= s.open_until => {
+                        s.state = BreakerState::HalfOpen;
+                        s.probe_out = true;
+                        let transition = Transition {
+                            to: BreakerState::HalfOpen,
+                            reason: format!(
+                                "cool-down of {:.1} s over; sending a probe",
+                                self.cooldown.as_secs_f64()
+                            ),
+                        };
+                        return (Some(Ticket { probe: true }), Some(transition));
+                    }
+                    BreakerState::HalfOpen if !s.probe_out => {
+                        s.probe_out = true;
+                        return (Some(Ticket { probe: true }), None);
+                    }
+                    BreakerState::Open => Some(s.open_until),
+                    BreakerState::HalfOpen => None,
+                }
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return (None, None);
+            }
+            let wake = match (wake, deadline) {
+                (Some(w), Some(d)) => Some(w.min(d)),
+                (w, d) => w.or(d),
+            };
+            match wake {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Records how an admitted request went. `failure`: a broken connection,
+    /// a timeout or a non-capacity 5xx. Returns the transition, if any.
+    pub fn record(&self, ticket: Ticket, failure: Option<&str>) -> Option<Transition> {
+        let transition = {
+            let mut s = self.state.lock().expect("breaker lock");
+            if ticket.probe {
+                s.probe_out = false;
+            }
+            match (failure, s.state) {
+                (None, BreakerState::HalfOpen) if ticket.probe => {
+                    s.state = BreakerState::Closed;
+                    s.consecutive_failures = 0;
+                    Some(Transition {
+                        to: BreakerState::Closed,
+                        reason: "the probe succeeded".into(),
+                    })
+                }
+                (None, _) => {
+                    s.consecutive_failures = 0;
+                    None
+                }
+                (Some(why), BreakerState::HalfOpen) if ticket.probe => {
+                    s.state = BreakerState::Open;
+                    s.open_until = Instant::now() + self.cooldown;
+                    Some(Transition {
+                        to: BreakerState::Open,
+                        reason: format!("the probe failed: {why}"),
+                    })
+                }
+                (Some(why), BreakerState::Closed) => {
+                    s.consecutive_failures += 1;
+                    (s.consecutive_failures >= self.threshold).then(|| {
+                        s.state = BreakerState::Open;
+                        s.open_until = Instant::now() + self.cooldown;
+                        Transition {
+                            to: BreakerState::Open,
+                            reason: format!(
+                                "{} failures in a row; the last: {why}",
+                                s.consecutive_failures
+                            ),
+                        }
+                    })
+                }
+                (Some(_), _) => None,
+            }
+        };
+        self.notify.notify_waiters();
+        transition
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn opens_after_the_threshold_and_closes_after_a_good_probe() {
+        let breaker = Breaker::new(3, Duration::from_millis(40));
+        let closed = Ticket { probe: false };
+        assert_eq!(breaker.record(closed, Some("reset")), None);
+        assert_eq!(
+            breaker.record(closed, None),
+            None,
+            "a success resets the count"
+        );
+        assert_eq!(breaker.record(closed, Some("reset")), None);
+        assert_eq!(breaker.record(closed, Some("reset")), None);
+        let opened = breaker.record(closed, Some("timeout")).unwrap();
+        assert_eq!(opened.to, BreakerState::Open);
+        assert!(
+            opened.reason.contains("3 failures in a row"),
+            "{}",
+            opened.reason
+        );
+
+        let started = Instant::now();
+        let (ticket, transition) = breaker.admit(None).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(35),
+            "requests wait out the cool-down"
+        );
+        assert_eq!(ticket, Some(Ticket { probe: true }));
+        assert_eq!(transition.unwrap().to, BreakerState::HalfOpen);
+
+        let soon = Some(Instant::now() + Duration::from_millis(10));
+        assert_eq!(
+            breaker.admit(soon).await.0,
+            None,
+            "only one probe at a time"
+        );
+        let closed_again = breaker.record(ticket.unwrap(), None).unwrap();
+        assert_eq!(closed_again.to, BreakerState::Closed);
+        assert_eq!(breaker.admit(soon).await.0, Some(Ticket { probe: false }));
+    }
+
+    #[tokio::test]
+    async fn a_failed_probe_opens_it_again() {
+        let breaker = Breaker::new(1, Duration::from_millis(10));
+        breaker.record(Ticket { probe: false }, Some("refused"));
+        let (ticket, _) = breaker.admit(None).await;
+        let reopened = breaker.record(ticket.unwrap(), Some("refused")).unwrap();
+        assert_eq!(reopened.to, BreakerState::Open);
+        assert!(reopened.reason.contains("probe failed"));
+        assert_eq!(breaker.state(), BreakerState::Open);
+    }
+}

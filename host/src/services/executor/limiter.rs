@@ -1,0 +1,342 @@
+//! Adaptive concurrency (AIMD) for one endpoint.
+//!
+//! The limit on requests in flight starts low and, like TCP, doubles every
+//! round trip (slow start) until the first capacity signal; from then on it
+//! grows by one per round trip while the limit is actually reached, and is cut
+//! by `DECREASE` on a capacity signal (429/503/529 or a timeout) — once per
+//! round trip, so a burst of rejections from one window cuts it only once.
+//! It never exceeds `pool_size`. Dispatches are paced at one per
+//! `rtt / limit`, so waiters released together (after a pause, or when a
+//! window's answers arrive at once) do not leave in a burst. A `Retry-After`
+//! or an exhausted rate-limit header pauses every dispatch to the endpoint.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Multiplicative decrease on a capacity signal.
+const DECREASE: f64 = 0.9;
+/// Below this spacing, pacing would cost more in timer wake-ups than it saves.
+const MIN_PACING: Duration = Duration::from_millis(1);
+/// Weight of the newest round trip in the moving average.
+const RTT_ALPHA: f64 = 0.1;
+
+pub struct Limiter {
+    state: Mutex<State>,
+    notify: Notify,
+    max: f64,
+}
+
+struct State {
+    limit: f64,
+    in_flight: usize,
+    /// Slow start lasts until the first capacity signal.
+    slow_start: bool,
+    /// Requests sent before this instant belong to a window already cut for.
+    last_decrease: Instant,
+    /// When every slot was last taken. A success grows the limit only if the
+    /// limit was reached while it was out: otherwise a bigger one is unused.
+    last_saturated: Instant,
+    paused_until: Option<Instant>,
+    next_dispatch: Instant,
+    /// Set while the provider reports its rate window spent: dispatches are
+    /// kept at least this far apart, one request per freed slot.
+    min_spacing: Option<Duration>,
+    rtt_ewma: Option<f64>,
+    peak_limit: f64,
+    samples: Vec<(Duration, u32)>,
+    started: Instant,
+}
+
+/// What an attempt told the limiter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Signal {
+    Success,
+    /// 429/503/529 or a timeout: the endpoint is at capacity.
+    Capacity,
+    /// Anything else (a 400, a reset): says nothing about capacity.
+    Neutral,
+}
+
+pub struct Permit<'a> {
+    limiter: &'a Limiter,
+    sent_at: Instant,
+    released: bool,
+}
+
+impl Limiter {
+    pub fn new(initial: usize, max: usize) -> Self {
+        let now = Instant::now();
+        let max = max.max(1) as f64;
+        let limit = (initial.max(1) as f64).min(max);
+        Self {
+            state: Mutex::new(State {
+                limit,
+                in_flight: 0,
+                slow_start: true,
+                last_decrease: now,
+                last_saturated: now,
+                paused_until: None,
+                next_dispatch: now,
+                min_spacing: None,
+                rtt_ewma: None,
+                peak_limit: limit,
+                samples: vec![(Duration::ZERO, limit as u32)],
+                started: now,
+            }),
+            notify: Notify::new(),
+            max,
+        }
+    }
+
+    /// Waits for a slot, for any pause to end, and for the pacing gap; gives
+    /// up when `deadline` passes.
+    pub async fn acquire(&self, deadline: Option<Instant>) -> Option<Permit<'_>> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wait_until = {
+                let mut s = self.state.lock().expect("limiter lock");
+                let now = Instant::now();
+                match s.paused_until {
+                    Some(until) if until > now => Some(until),
+                    _ if s.in_flight >= s.limit.floor() as usize => None,
+                    _ if s.next_dispatch > now => Some(s.next_dispatch),
+                    _ => {
+                        s.in_flight += 1;
+                        if s.in_flight >= s.limit.floor() as usize {
+                            s.last_saturated = now;
+                        }
+                        let spacing = s.spacing();
+                        if spacing >= MIN_PACING {
+                            s.next_dispatch = now + spacing;
+                        }
+                        return Some(Permit {
+                            limiter: self,
+                            sent_at: now,
+                            released: false,
+                        });
+                    }
+                }
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            let wake = match (wait_until, deadline) {
+                (Some(w), Some(d)) => Some(w.min(d)),
+                (w, d) => w.or(d),
+            };
+            match wake {
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = notified => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Stops every dispatch until `until` (a `Retry-After`, an exhausted
+    /// rate-limit window).
+    pub fn pause_until(&self, until: Instant) {
+        let mut s = self.state.lock().expect("limiter lock");
+        if s.paused_until.is_none_or(|p| p < until) {
+            s.paused_until = Some(until);
+        }
+    }
+
+    /// While `Some`, dispatches are at least this far apart (a provider's
+    /// rate window is spent); `None` when it reports room again.
+    pub fn set_min_spacing(&self, spacing: Option<Duration>) {
+        self.state.lock().expect("limiter lock").min_spacing = spacing;
+    }
+
+    pub fn snapshot(&self) -> LimiterSnapshot {
+        let s = self.state.lock().expect("limiter lock");
+        LimiterSnapshot {
+            limit: s.limit.floor() as u32,
+            peak_limit: s.peak_limit.floor() as u32,
+            samples: s.samples.clone(),
+        }
+    }
+
+    fn release(&self, sent_at: Instant, signal: Signal) {
+        {
+            let mut s = self.state.lock().expect("limiter lock");
+            s.in_flight -= 1;
+            let now = Instant::now();
+            let before = s.limit;
+            match signal {
+                Signal::Success => {
+                    let rtt = (now - sent_at).as_secs_f64();
+                    s.rtt_ewma = Some(match s.rtt_ewma {
+                        Some(avg) => avg + RTT_ALPHA * (rtt - avg),
+                        None => rtt,
+                    });
+                    if s.last_saturated >= sent_at {
+                        let step = if s.slow_start {
+                            1.0
+                        } else {
+                            1.0 / s.limit.floor()
+                        };
+                        s.limit = (s.limit + step).min(self.max);
+                    }
+                }
+                Signal::Capacity if sent_at >= s.last_decrease => {
+                    s.slow_start = false;
+                    s.limit = (s.limit * DECREASE).max(1.0);
+                    s.last_decrease = now;
+                }
+                Signal::Capacity | Signal::Neutral => {}
+            }
+            if s.limit.floor() != before.floor() {
+                s.peak_limit = s.peak_limit.max(s.limit);
+                let at = now - s.started;
+                let limit = s.limit.floor() as u32;
+                s.samples.push((at, limit));
+            }
+        }
+        self.notify.notify_waiters();
+    }
+}
+
+impl State {
+    fn spacing(&self) -> Duration {
+        let by_rtt = match self.rtt_ewma {
+            Some(rtt) => Duration::from_secs_f64(rtt / self.limit.max(1.0)),
+            None => Duration::ZERO,
+        };
+        self.min_spacing.map_or(by_rtt, |floor| floor.max(by_rtt))
+    }
+}
+
+impl Permit<'_> {
+    pub fn release(mut self, signal: Signal) {
+        self.released = true;
+        self.limiter.release(self.sent_at, signal);
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        // A request abandoned mid-way (its row's deadline passed) still frees its slot.
+        if !self.released {
+            self.limiter.release(self.sent_at, Signal::Neutral);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LimiterSnapshot {
+    pub limit: u32,
+    pub peak_limit: u32,
+    /// (time since start, limit) at every change of the whole-number limit.
+    pub samples: Vec<(Duration, u32)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn fill(limiter: &Limiter) -> Vec<Permit<'_>> {
+        let mut permits = Vec::new();
+        loop {
+            let deadline = Some(Instant::now() + Duration::from_millis(5));
+            match limiter.acquire(deadline).await {
+                Some(p) => permits.push(p),
+                None => return permits,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn slow_start_doubles_per_saturated_window() {
+        let limiter = Limiter::new(2, 64);
+        for expected in [2, 4, 8, 16] {
+            let permits = fill(&limiter).await;
+            assert_eq!(permits.len(), expected);
+            for p in permits {
+                p.release(Signal::Success);
+            }
+        }
+        assert_eq!(limiter.snapshot().limit, 32);
+    }
+
+    #[tokio::test]
+    async fn a_capacity_burst_cuts_once_then_growth_is_additive() {
+        let limiter = Limiter::new(16, 64);
+        let permits = fill(&limiter).await;
+        assert_eq!(permits.len(), 16);
+        for p in permits {
+            p.release(Signal::Capacity);
+        }
+        assert_eq!(
+            limiter.snapshot().limit,
+            14,
+            "16 × 0.9, cut once for the window"
+        );
+        for _ in 0..3 {
+            let permits = fill(&limiter).await;
+            for p in permits {
+                p.release(Signal::Success);
+            }
+        }
+        let limit = limiter.snapshot().limit;
+        assert!(
+            (16..=17).contains(&limit),
+            "about +1 per window after a cut, got {limit}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_limit_never_exceeds_the_pool_size_nor_drops_below_one() {
+        let limiter = Limiter::new(4, 6);
+        for _ in 0..5 {
+            for p in fill(&limiter).await {
+                p.release(Signal::Success);
+            }
+        }
+        assert_eq!(limiter.snapshot().limit, 6);
+        for _ in 0..50 {
+            for p in fill(&limiter).await {
+                // Each window's requests start after the previous cut.
+                p.release(Signal::Capacity);
+            }
+        }
+        assert_eq!(limiter.snapshot().limit, 1);
+    }
+
+    #[tokio::test]
+    async fn a_pause_holds_every_dispatch() {
+        let limiter = Limiter::new(4, 4);
+        limiter.pause_until(Instant::now() + Duration::from_millis(60));
+        let started = Instant::now();
+        let permit = limiter.acquire(None).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(55));
+        drop(permit);
+        let soon = Some(Instant::now() + Duration::from_millis(10));
+        limiter.pause_until(Instant::now() + Duration::from_secs(5));
+        assert!(
+            limiter.acquire(soon).await.is_none(),
+            "the deadline ends the wait"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_permit_frees_its_slot() {
+        let limiter = Limiter::new(1, 1);
+        let permit = limiter.acquire(None).await.unwrap();
+        let soon = Some(Instant::now() + Duration::from_millis(5));
+        assert!(limiter.acquire(soon).await.is_none());
+        drop(permit);
+        assert!(
+            limiter
+                .acquire(soon.map(|_| Instant::now() + Duration::from_millis(5)))
+                .await
+                .is_some()
+        );
+    }
+}

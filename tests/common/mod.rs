@@ -1,0 +1,121 @@
+//! Helpers shared by the end-to-end tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+pub const KEY: &str = "sk-weir-canary-4f1d2e";
+
+pub struct Workspace {
+    dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap()
+    }
+}
+
+/// Runs `weir` with the given environment (and nothing inherited that names a key).
+pub async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_MODEL")
+        .env(
+            "WEIR_CACHE_DIR",
+            std::env::temp_dir().join("weir-test-cache"),
+        );
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("weir did not finish within 120 s")
+        .unwrap()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn read_csv(path: &Path) -> Vec<csv::StringRecord> {
+    let mut reader = csv::Reader::from_path(path).unwrap();
+    let mut rows = vec![reader.headers().unwrap().clone()];
+    rows.extend(reader.records().map(Result::unwrap));
+    rows
+}
+
+pub fn pipeline_yaml(source: &str, sink: &str, pool_size: usize, options: &str) -> String {
+    pipeline_with(
+        source,
+        sink,
+        &format!("pool_size: {pool_size}\nmax_capacity_retry_seconds: 30"),
+        "",
+        options,
+    )
+}
+
+/// A one-node `llm` pipeline; `endpoint` and `transform` are extra settings,
+/// one per line, unindented.
+pub fn pipeline_with(
+    source: &str,
+    sink: &str,
+    endpoint: &str,
+    transform: &str,
+    options: &str,
+) -> String {
+    let indent = |text: &str, by: &str| {
+        text.lines()
+            .map(|l| format!("{by}{l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "source:\n  path: {source}\nendpoints:\n  llm:\n    base_url: ${{OPENAI_BASE_URL}}\n    \
+         api_key: ${{OPENAI_API_KEY}}\n{}transforms:\n  - name: ask\n    component: llm\n    \
+         endpoints: [llm]\n{}    options:\n{options}sinks:\n  - path: {sink}\n",
+        indent(endpoint, "    "),
+        indent(transform, "    "),
+    )
+}
+
+pub const ECHO_OPTIONS: &str =
+    "      model: test-model\n      template: \"Q{{ row.id }}: {{ row.text }}\"\n";
+
+pub fn numbered_rows(n: usize) -> String {
+    let mut csv = String::from("id,text\n");
+    for i in 0..n {
+        csv.push_str(&format!(
+            "{i},\"row {i}, with a comma and \"\"quotes\"\"\"\n"
+        ));
+    }
+    csv
+}
+
+/// The answer the echo server gives row `i` of `numbered_rows`.
+pub fn echo_of(i: usize) -> String {
+    format!("echo: Q{i}: row {i}, with a comma and \"quotes\"")
+}
+
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}

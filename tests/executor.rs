@@ -1,0 +1,373 @@
+//! The pooled HTTP executor, end to end: the real `weir` binary against the
+//! test LLM server (a test tool, not a model) over loopback, one behaviour per
+//! test, checked against the server's log of what it served.
+
+mod common;
+
+use common::*;
+use rusqlite::Connection;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use weir_test_llm_server::{Fault, Script, TestLlmServer};
+
+/// Runs a one-node pipeline over `rows` numbered rows; returns the output
+/// (JSON Lines) and weir's exit status and stderr.
+async fn run(
+    server: &TestLlmServer,
+    rows: usize,
+    endpoint: &str,
+    transform: &str,
+) -> (Workspace, Vec<Value>, Option<i32>, String) {
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(rows));
+    let yaml = pipeline_with("in.csv", "out.jsonl", endpoint, transform, ECHO_OPTIONS);
+    let pipeline = ws.write("p.yaml", &yaml);
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    let rows = std::fs::read_to_string(ws.path("out.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (ws, rows, out.status.code(), stderr(&out))
+}
+
+fn assert_all_answered(rows: &[Value], expected: usize) {
+    assert_eq!(rows.len(), expected);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(
+            row["llm_response"],
+            echo_of(i),
+            "row {i} has its own answer"
+        );
+    }
+}
+
+fn ok_count(server: &TestLlmServer) -> usize {
+    server
+        .served()
+        .iter()
+        .filter(|s| s.status == 200 && s.fault.is_none())
+        .count()
+}
+
+#[tokio::test]
+async fn adapts_to_a_capacity_it_is_not_told() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        capacity: Some(8),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(&server, 400, "pool_size: 64", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 400);
+    let served = server.served();
+    let calls_per_row = served.len() as f64 / 400.0;
+    assert!(
+        calls_per_row <= 1.15,
+        "{calls_per_row:.3} calls per row; {summary}"
+    );
+    assert!(summary.contains("capacity errors"), "{summary}");
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let server = TestLlmServer::start(Script {
+        fail_every: Some((2, 429)),
+        retry_after_seconds: Some(0.4),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(
+        &server,
+        2,
+        "pool_size: 1\nadaptive_concurrency: false",
+        "concurrency: 1",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 2);
+    let served = server.served();
+    let rejected = served
+        .iter()
+        .position(|s| s.status == 429)
+        .expect("one 429");
+    let retried = &served[rejected + 1];
+    assert_eq!(retried.user_message, served[rejected].user_message);
+    let gap = retried.at - served[rejected].at;
+    assert!(gap >= Duration::from_millis(400), "retried after {gap:?}");
+}
+
+#[tokio::test]
+async fn transient_errors_are_retried_a_bounded_number_of_times_and_audited() {
+    let server = TestLlmServer::start(Script {
+        fault_rate: 1.0,
+        fault_kinds: vec![Fault::Status(500)],
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        3,
+        "pool_size: 4\nmax_retries: 2\nbreaker_failures: 100",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(rows.is_empty());
+    assert!(
+        summary.contains(
+            "llm_call_failed: 3 rows; first: row 0 at node `ask`: HTTP 500 after 3 attempts"
+        ),
+        "{summary}"
+    );
+    assert_eq!(server.served().len(), 9, "three attempts per row");
+
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT call_index, attempt, status, coalesce(retry_cause, '-') FROM calls WHERE state_id = (SELECT min(state_id) FROM calls) ORDER BY call_index")
+        .unwrap();
+    let attempts: Vec<(i64, i64, i64, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            (0, 1, 500, "transient".into()),
+            (1, 2, 500, "transient".into()),
+            (2, 3, 500, "-".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_circuit_breaker_opens_holds_rows_and_closes_when_the_server_is_back() {
+    let server = TestLlmServer::start(Script {
+        outage: Some((Duration::ZERO, Duration::from_millis(1500))),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (ws, rows, code, summary) = run(
+        &server,
+        20,
+        "pool_size: 4\nmax_retries: 10\nbreaker_failures: 3\nbreaker_cooldown_seconds: 0.3",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "rows wait out the outage: {summary}");
+    assert_all_answered(&rows, 20);
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    let failed_attempts = server.served().iter().filter(|s| s.status == 500).count();
+    assert!(
+        failed_attempts < 40,
+        "an open breaker holds requests back: {failed_attempts} attempts hit the outage"
+    );
+
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT event FROM endpoint_events ORDER BY at_ms, rowid")
+        .unwrap();
+    let events: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        events.first().map(String::as_str),
+        Some("breaker_open"),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&"breaker_half_open".to_string()),
+        "{events:?}"
+    );
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("breaker_closed"),
+        "{events:?}"
+    );
+    assert!(summary.contains("breaker closed"), "{summary}");
+}
+
+#[tokio::test]
+async fn broken_answers_fail_only_their_rows_or_are_retried() {
+    let server = TestLlmServer::start(Script {
+        fault_rate: 0.3,
+        fault_kinds: vec![
+            Fault::MalformedJson,
+            Fault::HtmlPage,
+            Fault::Reset,
+            Fault::Truncated,
+            Fault::Status(503),
+        ],
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        200,
+        "pool_size: 8\nmax_retries: 6\nbreaker_failures: 1000",
+        "",
+    )
+    .await;
+    let served = server.served();
+    // A malformed 200 is an answer, not a failure to retry: its row fails.
+    let malformed = served
+        .iter()
+        .filter(|s| s.fault == Some(Fault::MalformedJson))
+        .count();
+    assert!(malformed > 0, "the script injected malformed answers");
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(
+        summary.contains(&format!("invalid_response: {malformed} rows")),
+        "{summary}"
+    );
+    assert_eq!(rows.len(), 200 - malformed);
+    for row in &rows {
+        let i: usize = row["id"].as_str().unwrap().parse().unwrap();
+        assert_eq!(row["llm_response"], echo_of(i));
+    }
+    // Every other fault was retried until it succeeded.
+    assert_eq!(ok_count(&server), 200 - malformed);
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let outcomes: i64 = db
+        .query_row("SELECT count(*) FROM row_outcomes", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(outcomes, 200, "one outcome per row");
+}
+
+#[tokio::test]
+async fn hung_requests_time_out_and_are_retried() {
+    let server = TestLlmServer::start(Script {
+        fault_rate: 0.2,
+        fault_kinds: vec![Fault::Hang],
+        hang: Duration::from_secs(20),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (_ws, rows, code, summary) = run(
+        &server,
+        40,
+        "pool_size: 8\nrequest_timeout_seconds: 0.3\nmax_retries: 8",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 40);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "hangs were cut at the timeout"
+    );
+    assert!(summary.contains("transient"), "{summary}");
+}
+
+#[tokio::test]
+async fn a_row_deadline_bounds_every_wait() {
+    let server = TestLlmServer::start(Script {
+        fault_rate: 1.0,
+        fault_kinds: vec![Fault::Hang],
+        hang: Duration::from_secs(30),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (_ws, rows, code, summary) =
+        run(&server, 4, "pool_size: 2", "row_deadline_seconds: 0.5").await;
+    assert!(started.elapsed() < Duration::from_secs(10), "{summary}");
+    assert_eq!(code, Some(2));
+    assert!(rows.is_empty());
+    assert!(summary.contains("retry_timeout: 4 rows"), "{summary}");
+    assert!(summary.contains("row's deadline"), "{summary}");
+}
+
+#[tokio::test]
+async fn requests_per_minute_stay_within_the_providers_limit() {
+    let server = TestLlmServer::start(Script {
+        requests_per_minute: Some(1200),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (_ws, rows, code, summary) =
+        run(&server, 160, "pool_size: 16\nrequests_per_minute: 1200", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 160);
+    // A burst of 120, then 20 a second: at least 2 s for the other 40.
+    assert!(started.elapsed() >= Duration::from_millis(1800));
+    let rejected = server.served().iter().filter(|s| s.status == 429).count();
+    assert!(
+        rejected <= 3,
+        "{rejected} requests over the limit; {summary}"
+    );
+}
+
+#[tokio::test]
+async fn exhausted_rate_limit_headers_pause_the_endpoint() {
+    let server = TestLlmServer::start(Script {
+        requests_per_minute: Some(600),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    // weir is not told the limit: the headers must keep it from hammering.
+    let (_ws, rows, code, summary) = run(&server, 90, "pool_size: 8", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 90);
+    let rejected = server.served().iter().filter(|s| s.status == 429).count();
+    assert!(
+        rejected <= 30,
+        "{rejected} requests over the limit for 30 rows beyond the burst; {summary}"
+    );
+}
+
+#[tokio::test]
+async fn azure_endpoints_use_the_deployment_url_and_the_api_key_header() {
+    let server = TestLlmServer::start(Script {
+        require_key: Some(KEY.into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(3));
+    let yaml = format!(
+        "source:\n  path: in.csv\nendpoints:\n  azure:\n    kind: azure-openai\n    base_url: {}\n    \
+         api_key: ${{OPENAI_API_KEY}}\n    deployment: gpt4o\n    api_version: 2024-10-21\n\
+         transforms:\n  - name: ask\n    component: llm\n    endpoints: {{llm: azure}}\n    options:\n{ECHO_OPTIONS}\
+         sinks:\n  - path: out.jsonl\n",
+        server.root_url()
+    );
+    let pipeline = ws.write("p.yaml", &yaml);
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("OPENAI_API_KEY", KEY)],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let served = server.served();
+    assert_eq!(served.len(), 3);
+    for s in &served {
+        assert_eq!(s.path, "/openai/deployments/gpt4o/chat/completions");
+        assert_eq!(s.api_key_header.as_deref(), Some(KEY));
+        assert_eq!(s.authorization, None);
+    }
+}
