@@ -11,9 +11,12 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(about = "Benchmark weir against the test LLM server over loopback")]
 pub struct Args {
-    /// Rows per throughput scenario.
+    /// Rows in the pure-overhead scenario (the others have fixed sizes).
     #[arg(long, default_value_t = 20_000)]
     rows: usize,
+    /// Run only the scenarios whose name contains this text.
+    #[arg(long)]
+    only: Option<String>,
     /// The weir binary to measure (default: the release build beside this one).
     #[arg(long)]
     weir: Option<std::path::PathBuf>,
@@ -22,10 +25,7 @@ pub struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    println!(
-        "weir benchmark — {} rows per scenario, test LLM server on loopback (not a model)",
-        args.rows
-    );
+    println!("weir benchmark — test LLM server on loopback (a test tool, not a model)");
     guest::report().await?;
     throughput::report(&args).await?;
     Ok(())

@@ -1,29 +1,98 @@
-//! Runs the real binary on generated rows and reads its CPU time and peak
-//! memory from the kernel's accounting of the child process.
+//! Runs the real binary on generated rows against scripted servers, and reads
+//! its CPU time and peak memory from the kernel's accounting of the child.
 
 use crate::Args;
+use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use weir_test_llm_server::{Script, TestLlmServer};
+use weir_test_llm_server::{Fault, Script, TestLlmServer};
 
 struct Scenario {
     name: &'static str,
-    latency: Duration,
-    pool_size: usize,
+    rows: usize,
+    script: Script,
+    /// Extra endpoint settings for weir (never the server's capacity).
+    endpoint: &'static str,
+    /// Successful answers per second the server can give at best.
+    capacity_per_second: Option<f64>,
+    /// Capacity steps to time the recovery after: (at, per second).
+    steps: Vec<(Duration, f64)>,
 }
 
-const SCENARIOS: &[Scenario] = &[
-    Scenario {
-        name: "zero latency, pool 32 (pure overhead)",
-        latency: Duration::ZERO,
-        pool_size: 32,
-    },
-    Scenario {
-        name: "100 ms latency, pool 64",
-        latency: Duration::from_millis(100),
-        pool_size: 64,
-    },
-];
+fn scenarios(rows: usize) -> Vec<Scenario> {
+    let latency = Duration::from_millis(100);
+    vec![
+        Scenario {
+            name: "no limit, zero latency (pure overhead)",
+            rows,
+            script: Script::default(),
+            endpoint: "pool_size: 32",
+            capacity_per_second: None,
+            steps: vec![],
+        },
+        Scenario {
+            name: "capacity 32 (not told), 100 ms latency",
+            rows: 3200,
+            script: Script {
+                latency,
+                capacity: Some(32),
+                ..Script::default()
+            },
+            endpoint: "pool_size: 128",
+            capacity_per_second: Some(320.0),
+            steps: vec![],
+        },
+        Scenario {
+            name: "capacity steps 64 -> 16 -> 64 at 8 s and 16 s, 100 ms latency",
+            rows: 11_000,
+            script: Script {
+                latency,
+                capacity_steps: vec![
+                    (Duration::ZERO, 64),
+                    (Duration::from_secs(8), 16),
+                    (Duration::from_secs(16), 64),
+                ],
+                ..Script::default()
+            },
+            endpoint: "pool_size: 128",
+            capacity_per_second: None,
+            steps: vec![
+                (Duration::from_secs(8), 160.0),
+                (Duration::from_secs(16), 640.0),
+            ],
+        },
+        Scenario {
+            name: "6000 requests/minute limit (told), 50 ms latency",
+            rows: 2000,
+            script: Script {
+                latency: Duration::from_millis(50),
+                requests_per_minute: Some(6000),
+                ..Script::default()
+            },
+            endpoint: "pool_size: 64\nrequests_per_minute: 6000",
+            capacity_per_second: None,
+            steps: vec![],
+        },
+        Scenario {
+            name: "5 % faults (500, 503, resets, HTML pages), 50 ms latency",
+            rows: 3000,
+            script: Script {
+                latency: Duration::from_millis(50),
+                fault_rate: 0.05,
+                fault_kinds: vec![
+                    Fault::Status(500),
+                    Fault::Status(503),
+                    Fault::Reset,
+                    Fault::HtmlPage,
+                ],
+                ..Script::default()
+            },
+            endpoint: "pool_size: 32",
+            capacity_per_second: None,
+            steps: vec![],
+        },
+    ]
+}
 
 pub async fn report(args: &Args) -> anyhow::Result<()> {
     let weir = args.weir.clone().unwrap_or_else(default_weir);
@@ -32,55 +101,134 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         "{} not found: build it with `cargo build --release -p weir`",
         weir.display()
     );
+    println!("\nscenarios ({})", weir.display());
+    for scenario in scenarios(args.rows) {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|only| !scenario.name.contains(only.as_str()))
+        {
+            continue;
+        }
+        run_scenario(&weir, scenario).await?;
+    }
+    Ok(())
+}
+
+async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let mut csv = String::from("id,text\n");
-    for i in 0..args.rows {
+    for i in 0..scenario.rows {
         csv.push_str(&format!(
             "{i},\"review number {i}: the product was fine, shipping was quick\"\n"
         ));
     }
     std::fs::write(dir.join("rows.csv"), csv)?;
-    println!("\nthroughput ({})", weir.display());
-    for scenario in SCENARIOS {
-        let server = TestLlmServer::start(Script {
-            latency: scenario.latency,
-            ..Script::default()
-        })
-        .await?;
-        let pipeline = dir.join("pipeline.yaml");
-        std::fs::write(
-            &pipeline,
-            format!(
-                "source:\n  path: rows.csv\nendpoints:\n  llm:\n    base_url: {}\n    api_key: bench\n    \
-                 pool_size: {}\ntransforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    \
-                 options:\n      template: \"{{{{ row.text }}}}\"\nsinks:\n  - path: out.csv\n",
-                server.base_url(),
-                scenario.pool_size
-            ),
-        )?;
-        let _ = std::fs::remove_file(dir.join("weir-audit.sqlite"));
-        let started = Instant::now();
-        let usage = run_child(&weir, &pipeline).await?;
-        let wall = started.elapsed().as_secs_f64();
-        let served = server.served().len();
-        let rows = args.rows as f64;
-        let ideal = rows * scenario.latency.as_secs_f64() / scenario.pool_size as f64;
-        println!("  {}", scenario.name);
+    let server = TestLlmServer::start(scenario.script.clone()).await?;
+    let endpoint: String = scenario
+        .endpoint
+        .lines()
+        .map(|l| format!("    {l}\n"))
+        .collect();
+    let pipeline = dir.join("pipeline.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "source:\n  path: rows.csv\nendpoints:\n  llm:\n    base_url: {}\n    api_key: bench\n{endpoint}\
+             transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    \
+             options:\n      template: \"{{{{ row.text }}}}\"\nsinks:\n  - path: out.csv\n",
+            server.base_url()
+        ),
+    )?;
+    let started = Instant::now();
+    let usage = run_child(weir, &pipeline).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let served = server.served();
+    let rows = scenario.rows as f64;
+    let ok = served
+        .iter()
+        .filter(|s| s.status == 200 && s.fault.is_none())
+        .count();
+    let rejected = served.iter().filter(|s| s.status == 429).count();
+    let (outcomes, written) = audit_counts(&dir)?;
+    let lost = scenario.rows as i64 - outcomes;
+
+    println!("  {}", scenario.name);
+    let ideal = scenario.capacity_per_second.map(|c| rows / c);
+    println!(
+        "    wall {wall:.2} s{}, {:.0} rows/s; {} rows written, {lost} rows lost",
+        ideal.map_or(String::new(), |i| format!(" (ideal {i:.2} s)")),
+        rows / wall,
+        written
+    );
+    if let Some(capacity) = scenario.capacity_per_second {
         println!(
-            "    wall {wall:.2} s (ideal {ideal:.2} s), {:.0} rows/s, {served} calls",
-            rows / wall
-        );
-        println!(
-            "    CPU {:.3} ms per row (user {:.2} s + sys {:.2} s), peak RSS {} MiB",
-            (usage.user + usage.system) * 1e3 / rows,
-            usage.user,
-            usage.system,
-            usage.max_rss_kib / 1024
+            "    goodput {:.1} % of capacity",
+            ok as f64 / wall / capacity * 100.0
         );
     }
+    for (at, per_second) in &scenario.steps {
+        match recovery(&served, *at, *per_second) {
+            Some(t) => println!(
+                "    after the step at {:.0} s to {per_second:.0}/s: ≥ 90 % of it within {:.2} s",
+                at.as_secs_f64(),
+                t.as_secs_f64()
+            ),
+            None => println!(
+                "    after the step at {:.0} s: never back to 90 %",
+                at.as_secs_f64()
+            ),
+        }
+    }
+    println!(
+        "    {:.3} calls per row, {rejected} answered 429, peak {} in flight at the server",
+        served.len() as f64 / rows,
+        server.peak_in_flight()
+    );
+    println!(
+        "    CPU {:.3} ms per row (user {:.2} s + sys {:.2} s), peak RSS {} MiB",
+        (usage.user + usage.system) * 1e3 / rows,
+        usage.user,
+        usage.system,
+        usage.max_rss_kib / 1024
+    );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// Rows with a terminal outcome, and rows written, from the audit database.
+fn audit_counts(dir: &Path) -> anyhow::Result<(i64, i64)> {
+    let db = Connection::open(dir.join("weir-audit.sqlite"))?;
+    Ok(db.query_row(
+        "SELECT count(*), coalesce(sum(rows_written), 0) FROM row_outcomes",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?)
+}
+
+/// How long after `at` the rate of successful answers, over a sliding 1 s
+/// window, first reaches 90 % of `per_second`.
+fn recovery(
+    served: &[weir_test_llm_server::Served],
+    at: Duration,
+    per_second: f64,
+) -> Option<Duration> {
+    let mut times: Vec<Duration> = served
+        .iter()
+        .filter(|s| s.status == 200 && s.at >= at)
+        .map(|s| s.at)
+        .collect();
+    times.sort();
+    let window = Duration::from_secs(1);
+    let need = (per_second * 0.9).ceil() as usize;
+    (0..times.len())
+        .find(|&i| {
+            let end = times[i] + window;
+            times[i..].iter().take_while(|t| **t < end).count() >= need
+        })
+        .map(|i| times[i] - at)
 }
 
 fn default_weir() -> PathBuf {
@@ -111,7 +259,7 @@ async fn run_child(weir: &Path, pipeline: &Path) -> anyhow::Result<Usage> {
         let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
         anyhow::ensure!(pid > 0, "wait4 failed: {}", std::io::Error::last_os_error());
         anyhow::ensure!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            libc::WIFEXITED(status) && matches!(libc::WEXITSTATUS(status), 0 | 2),
             "weir failed (status {status})"
         );
         Ok(Usage {

@@ -3,10 +3,15 @@
 use super::records::*;
 use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 /// Records per transaction at most, so a long burst still commits regularly.
 const BATCH: usize = 2_000;
+/// How long a transaction stays open for more records after the first. At LLM
+/// latencies records trickle in; committing each alone would wake this thread
+/// and write the WAL hundreds of times a second.
+const LINGER: Duration = Duration::from_millis(50);
 
 pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     conn.execute(
@@ -26,8 +31,21 @@ pub fn run(mut conn: Connection, run_id: i64, rx: Receiver<Record>) -> Result<()
     while let Ok(first) = rx.recv() {
         let tx = conn.transaction()?;
         write(&tx, run_id, first)?;
-        for record in rx.try_iter().take(BATCH - 1) {
-            write(&tx, run_id, record)?;
+        let until = Instant::now() + LINGER;
+        let mut written = 1;
+        while written < BATCH {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(record) => {
+                    write(&tx, run_id, record)?;
+                    written += 1;
+                }
+                Err(RecvTimeoutError::Timeout) => break,
+                // The run is over: commit what there is and stop.
+                Err(RecvTimeoutError::Disconnected) => {
+                    tx.commit()?;
+                    return Ok(());
+                }
+            }
         }
         tx.commit()?;
     }

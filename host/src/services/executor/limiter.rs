@@ -5,9 +5,11 @@
 //! grows by one per round trip while the limit is actually reached, and is cut
 //! by `DECREASE` on a capacity signal (429/503/529 or a timeout) — once per
 //! round trip, so a burst of rejections from one window cuts it only once.
-//! It never exceeds `pool_size`. Dispatches are paced at one per
-//! `rtt / limit`, so waiters released together (after a pause, or when a
-//! window's answers arrive at once) do not leave in a burst. A `Retry-After`
+//! It never exceeds `pool_size`. In steady state answers clock the dispatches
+//! (a freed slot is refilled at once). When a pause ends, the waiters it held
+//! would leave together, so for one round trip after it dispatches are paced
+//! at one per `rtt / limit`; while a provider reports its rate window spent,
+//! they stay at least one slot of that rate apart. A `Retry-After`
 //! or an exhausted rate-limit header pauses every dispatch to the endpoint.
 
 use std::sync::Mutex;
@@ -20,16 +22,23 @@ const DECREASE: f64 = 0.9;
 const MIN_PACING: Duration = Duration::from_millis(1);
 /// Weight of the newest round trip in the moving average.
 const RTT_ALPHA: f64 = 0.1;
+/// Pacing after a pause when no round trip has been measured yet.
+const PACING_WITHOUT_RTT: Duration = Duration::from_secs(1);
 
 pub struct Limiter {
     state: Mutex<State>,
     notify: Notify,
+    /// Retries wait here and are served before new requests: a retried
+    /// request already waited its turn once, and while it waits again its row
+    /// holds back every row behind it in the ordered output.
+    notify_retry: Notify,
     max: f64,
 }
 
 struct State {
     limit: f64,
     in_flight: usize,
+    retries_waiting: usize,
     /// Slow start lasts until the first capacity signal.
     slow_start: bool,
     /// Requests sent before this instant belong to a window already cut for.
@@ -38,6 +47,8 @@ struct State {
     /// limit was reached while it was out: otherwise a bigger one is unused.
     last_saturated: Instant,
     paused_until: Option<Instant>,
+    /// Dispatches are paced until then (one round trip after a pause ends).
+    paced_until: Option<Instant>,
     next_dispatch: Instant,
     /// Set while the provider reports its rate window spent: dispatches are
     /// kept at least this far apart, one request per freed slot.
@@ -73,10 +84,12 @@ impl Limiter {
             state: Mutex::new(State {
                 limit,
                 in_flight: 0,
+                retries_waiting: 0,
                 slow_start: true,
                 last_decrease: now,
                 last_saturated: now,
                 paused_until: None,
+                paced_until: None,
                 next_dispatch: now,
                 min_spacing: None,
                 rtt_ewma: None,
@@ -85,30 +98,37 @@ impl Limiter {
                 started: now,
             }),
             notify: Notify::new(),
+            notify_retry: Notify::new(),
             max,
         }
     }
 
     /// Waits for a slot, for any pause to end, and for the pacing gap; gives
-    /// up when `deadline` passes.
-    pub async fn acquire(&self, deadline: Option<Instant>) -> Option<Permit<'_>> {
+    /// up when `deadline` passes. A `retry` goes before new requests.
+    pub async fn acquire(&self, deadline: Option<Instant>, retry: bool) -> Option<Permit<'_>> {
+        let _queued = retry.then(|| RetryQueued::new(self));
         loop {
-            let notified = self.notify.notified();
+            let notified = if retry {
+                self.notify_retry.notified()
+            } else {
+                self.notify.notified()
+            };
             tokio::pin!(notified);
             notified.as_mut().enable();
             let wait_until = {
                 let mut s = self.state.lock().expect("limiter lock");
                 let now = Instant::now();
+                let reserved = if retry { 0 } else { s.retries_waiting };
                 match s.paused_until {
                     Some(until) if until > now => Some(until),
-                    _ if s.in_flight >= s.limit.floor() as usize => None,
+                    _ if s.in_flight + reserved >= s.limit.floor() as usize => None,
                     _ if s.next_dispatch > now => Some(s.next_dispatch),
                     _ => {
                         s.in_flight += 1;
                         if s.in_flight >= s.limit.floor() as usize {
                             s.last_saturated = now;
                         }
-                        let spacing = s.spacing();
+                        let spacing = s.spacing(now);
                         if spacing >= MIN_PACING {
                             s.next_dispatch = now + spacing;
                         }
@@ -145,6 +165,10 @@ impl Limiter {
         let mut s = self.state.lock().expect("limiter lock");
         if s.paused_until.is_none_or(|p| p < until) {
             s.paused_until = Some(until);
+            let round_trip = s
+                .rtt_ewma
+                .map_or(PACING_WITHOUT_RTT, Duration::from_secs_f64);
+            s.paced_until = Some(until + round_trip);
         }
     }
 
@@ -164,7 +188,7 @@ impl Limiter {
     }
 
     fn release(&self, sent_at: Instant, signal: Signal) {
-        {
+        let free = {
             let mut s = self.state.lock().expect("limiter lock");
             s.in_flight -= 1;
             let now = Instant::now();
@@ -198,18 +222,51 @@ impl Limiter {
                 let limit = s.limit.floor() as u32;
                 s.samples.push((at, limit));
             }
+            (
+                (s.limit.floor() as usize).saturating_sub(s.in_flight),
+                s.retries_waiting,
+            )
+        };
+        // Wake one waiter per free slot, not all of them: with hundreds of
+        // rows waiting, waking everyone on every answer costs more CPU than
+        // the requests themselves. Retries first.
+        let (free, retries) = free;
+        for _ in 0..free.min(retries) {
+            self.notify_retry.notify_one();
         }
-        self.notify.notify_waiters();
+        for _ in retries.min(free)..free {
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// Counts a retry as waiting while it waits, so new requests leave it a slot.
+struct RetryQueued<'a>(&'a Limiter);
+
+impl<'a> RetryQueued<'a> {
+    fn new(limiter: &'a Limiter) -> Self {
+        limiter.state.lock().expect("limiter lock").retries_waiting += 1;
+        Self(limiter)
+    }
+}
+
+impl Drop for RetryQueued<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().expect("limiter lock").retries_waiting -= 1;
     }
 }
 
 impl State {
-    fn spacing(&self) -> Duration {
-        let by_rtt = match self.rtt_ewma {
-            Some(rtt) => Duration::from_secs_f64(rtt / self.limit.max(1.0)),
-            None => Duration::ZERO,
+    fn spacing(&self, now: Instant) -> Duration {
+        let after_pause = match (self.paced_until, self.rtt_ewma) {
+            (Some(until), Some(rtt)) if now < until => {
+                Duration::from_secs_f64(rtt / self.limit.max(1.0))
+            }
+            (Some(until), None) if now < until => PACING_WITHOUT_RTT / self.limit.max(1.0) as u32,
+            _ => Duration::ZERO,
         };
-        self.min_spacing.map_or(by_rtt, |floor| floor.max(by_rtt))
+        self.min_spacing
+            .map_or(after_pause, |floor| floor.max(after_pause))
     }
 }
 
@@ -245,7 +302,7 @@ mod tests {
         let mut permits = Vec::new();
         loop {
             let deadline = Some(Instant::now() + Duration::from_millis(5));
-            match limiter.acquire(deadline).await {
+            match limiter.acquire(deadline, false).await {
                 Some(p) => permits.push(p),
                 None => return permits,
             }
@@ -314,27 +371,76 @@ mod tests {
         let limiter = Limiter::new(4, 4);
         limiter.pause_until(Instant::now() + Duration::from_millis(60));
         let started = Instant::now();
-        let permit = limiter.acquire(None).await.unwrap();
+        let permit = limiter.acquire(None, false).await.unwrap();
         assert!(started.elapsed() >= Duration::from_millis(55));
         drop(permit);
         let soon = Some(Instant::now() + Duration::from_millis(10));
         limiter.pause_until(Instant::now() + Duration::from_secs(5));
         assert!(
-            limiter.acquire(soon).await.is_none(),
+            limiter.acquire(soon, false).await.is_none(),
             "the deadline ends the wait"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_retry_takes_the_next_free_slot_before_new_requests() {
+        let limiter = std::sync::Arc::new(Limiter::new(1, 1));
+        let held = limiter.acquire(None, false).await.unwrap();
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for (name, retry) in [("new-1", false), ("new-2", false), ("retry", true)] {
+            let limiter = limiter.clone();
+            let order = order_tx.clone();
+            tasks.push(tokio::spawn(async move {
+                let permit = limiter.acquire(None, retry).await.unwrap();
+                order.send(name).unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                permit.release(Signal::Neutral);
+            }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        held.release(Signal::Neutral);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let first = order_rx.recv().await.unwrap();
+        assert_eq!(first, "retry");
+    }
+
+    #[tokio::test]
+    async fn waiters_released_by_a_pause_leave_paced_not_in_a_burst() {
+        let limiter = Limiter::new(4, 4);
+        // Teach it a round trip of 40 ms.
+        let p = limiter.acquire(None, false).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        p.release(Signal::Success);
+        limiter.pause_until(Instant::now() + Duration::from_millis(20));
+        let started = Instant::now();
+        let mut permits = Vec::new();
+        for _ in 0..4 {
+            permits.push(limiter.acquire(None, false).await.unwrap());
+        }
+        // 20 ms of pause, then one dispatch per 40 ms / 4 = 10 ms.
+        assert!(
+            started.elapsed() >= Duration::from_millis(45),
+            "{:?}",
+            started.elapsed()
         );
     }
 
     #[tokio::test]
     async fn a_dropped_permit_frees_its_slot() {
         let limiter = Limiter::new(1, 1);
-        let permit = limiter.acquire(None).await.unwrap();
+        let permit = limiter.acquire(None, false).await.unwrap();
         let soon = Some(Instant::now() + Duration::from_millis(5));
-        assert!(limiter.acquire(soon).await.is_none());
+        assert!(limiter.acquire(soon, false).await.is_none());
         drop(permit);
         assert!(
             limiter
-                .acquire(soon.map(|_| Instant::now() + Duration::from_millis(5)))
+                .acquire(
+                    soon.map(|_| Instant::now() + Duration::from_millis(5)),
+                    false
+                )
                 .await
                 .is_some()
         );

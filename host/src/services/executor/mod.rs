@@ -177,7 +177,7 @@ impl Endpoint {
             let budget_end =
                 first.map(|f| f + Duration::from_secs_f64(self.spec.max_capacity_retry_seconds));
             let wait_deadline = earliest(row_deadline, budget_end);
-            let (ticket, permit) = match self.admit(tokens, wait_deadline).await {
+            let (ticket, permit) = match self.admit(tokens, wait_deadline, attempt > 0).await {
                 Some(admitted) => admitted,
                 None => {
                     let stop = if row_deadline == wait_deadline {
@@ -311,6 +311,7 @@ impl Endpoint {
         &self,
         tokens: u32,
         deadline: Option<Instant>,
+        retry: bool,
     ) -> Option<(breaker::Ticket, limiter::Permit<'_>)> {
         let waited = Instant::now();
         let (ticket, transition) = self.breaker.admit(deadline).await;
@@ -333,7 +334,7 @@ impl Endpoint {
                 return None;
             }
         }
-        let permit = self.limiter.acquire(deadline).await;
+        let permit = self.limiter.acquire(deadline, retry).await;
         self.stats.throttled(waited.elapsed());
         match permit {
             Some(permit) => Some((ticket, permit)),
