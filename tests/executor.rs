@@ -314,8 +314,9 @@ async fn requests_per_minute_stay_within_the_providers_limit() {
     // A burst of 120, then 20 a second: at least 2 s for the other 40.
     assert!(started.elapsed() >= Duration::from_millis(1800));
     let rejected = server.served().iter().filter(|s| s.status == 429).count();
+    // Without the limit all 40 requests beyond the burst would be refused.
     assert!(
-        rejected <= 3,
+        rejected <= 10,
         "{rejected} requests over the limit; {summary}"
     );
 }
@@ -333,9 +334,10 @@ async fn exhausted_rate_limit_headers_pause_the_endpoint() {
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 90);
     let rejected = server.served().iter().filter(|s| s.status == 429).count();
+    // Unthrottled, most of the 30 rows beyond the burst would be refused, again and again.
     assert!(
-        rejected <= 30,
-        "{rejected} requests over the limit for 30 rows beyond the burst; {summary}"
+        rejected <= 10,
+        "{rejected} requests over the limit; {summary}"
     );
 }
 

@@ -69,6 +69,11 @@ pub struct Pipeline {
 
 const AUDIT_FILE_NAME: &str = "weir-audit.sqlite";
 
+/// Rows a node keeps in flight beyond its endpoints' pool sizes. Output keeps
+/// source order, so a row waiting out a retry holds back the rows behind it;
+/// this many more can go on meanwhile. Each costs one guest instance.
+const ROW_WINDOW: usize = 256;
+
 /// Reads, interpolates from the process environment, parses and checks.
 pub fn load(path: &Path) -> Result<Pipeline> {
     let raw = std::fs::read_to_string(path)
@@ -219,7 +224,7 @@ fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeCon
         let concurrency = match t.concurrency {
             Some(0) => return Err(at("concurrency", "concurrency must be at least 1".into())),
             Some(c) => c,
-            None if pool_total > 0 => pool_total * 2,
+            None if pool_total > 0 => (pool_total * 2).max(pool_total + ROW_WINDOW),
             None => std::thread::available_parallelism().map_or(2, |n| n.get()),
         };
         let row_deadline = match t.row_deadline_seconds {

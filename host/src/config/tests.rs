@@ -47,7 +47,11 @@ fn a_good_file_resolves() {
     let node = &p.nodes[0];
     assert_eq!(node.component, ComponentRef::Builtin("llm".into()));
     assert_eq!(node.grants, vec![("llm".to_string(), "llm".to_string())]);
-    assert_eq!(node.concurrency, 8);
+    assert_eq!(
+        node.concurrency,
+        4 + 256,
+        "the pool plus a window of rows beyond it"
+    );
     let options: serde_json::Value = serde_json::from_str(&node.options_json).unwrap();
     assert_eq!(options["temperature"], 0);
     assert_eq!(p.sinks[0].format, Format::Jsonl);

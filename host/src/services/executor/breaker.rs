@@ -110,19 +110,7 @@ impl Breaker {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return (None, None);
             }
-            let wake = match (wake, deadline) {
-                (Some(w), Some(d)) => Some(w.min(d)),
-                (w, d) => w.or(d),
-            };
-            match wake {
-                Some(at) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                        _ = notified => {}
-                    }
-                }
-                None => notified.await,
-            }
+            super::wait(notified, super::earliest(wake, deadline)).await;
         }
     }
 

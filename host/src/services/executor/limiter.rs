@@ -1,10 +1,11 @@
 //! Adaptive concurrency (AIMD) for one endpoint.
 //!
 //! The limit on requests in flight starts low and, like TCP, doubles every
-//! round trip (slow start) until the first capacity signal; from then on it
-//! grows by one per round trip while the limit is actually reached, and is cut
-//! by `DECREASE` on a capacity signal (429/503/529 or a timeout) — once per
-//! round trip, so a burst of rejections from one window cuts it only once.
+//! round trip (slow start) until the first capacity signal, which halves it
+//! back to the last window that passed; from then on it grows by one per round
+//! trip while the limit is actually reached, and is cut by `DECREASE` on a
+//! capacity signal (429/503/529 or a timeout) — once per round trip, so a
+//! burst of rejections from one window cuts it only once.
 //! It never exceeds `pool_size`. In steady state answers clock the dispatches
 //! (a freed slot is refilled at once). When a pause ends, the waiters it held
 //! would leave together, so for one round trip after it dispatches are paced
@@ -143,19 +144,7 @@ impl Limiter {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return None;
             }
-            let wake = match (wait_until, deadline) {
-                (Some(w), Some(d)) => Some(w.min(d)),
-                (w, d) => w.or(d),
-            };
-            match wake {
-                Some(at) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                        _ = notified => {}
-                    }
-                }
-                None => notified.await,
-            }
+            super::wait(notified, super::earliest(wait_until, deadline)).await;
         }
     }
 
@@ -210,8 +199,9 @@ impl Limiter {
                     }
                 }
                 Signal::Capacity if sent_at >= s.last_decrease => {
+                    let factor = if s.slow_start { 0.5 } else { DECREASE };
                     s.slow_start = false;
-                    s.limit = (s.limit * DECREASE).max(1.0);
+                    s.limit = (s.limit * factor).max(1.0);
                     s.last_decrease = now;
                 }
                 Signal::Capacity | Signal::Neutral => {}
@@ -324,7 +314,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_capacity_burst_cuts_once_then_growth_is_additive() {
-        let limiter = Limiter::new(16, 64);
+        let limiter = Limiter::new(32, 64);
+        for p in fill(&limiter).await {
+            p.release(Signal::Capacity);
+        }
+        assert_eq!(
+            limiter.snapshot().limit,
+            16,
+            "the first signal ends slow start by halving"
+        );
         let permits = fill(&limiter).await;
         assert_eq!(permits.len(), 16);
         for p in permits {
@@ -336,8 +334,7 @@ mod tests {
             "16 × 0.9, cut once for the window"
         );
         for _ in 0..3 {
-            let permits = fill(&limiter).await;
-            for p in permits {
+            for p in fill(&limiter).await {
                 p.release(Signal::Success);
             }
         }

@@ -474,6 +474,22 @@ impl Endpoint {
     }
 }
 
+/// Waits for `notified`, or until `until` when given, whichever comes first.
+async fn wait(
+    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    until: Option<Instant>,
+) {
+    match until {
+        Some(at) => {
+            tokio::select! {
+                _ = tokio::time::sleep_until(at.into()) => {}
+                _ = notified => {}
+            }
+        }
+        None => notified.await,
+    }
+}
+
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
