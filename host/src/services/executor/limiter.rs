@@ -13,7 +13,8 @@
 //! they stay at least one slot of that rate apart. A `Retry-After`
 //! or an exhausted rate-limit header pauses every dispatch to the endpoint.
 
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -28,18 +29,25 @@ const PACING_WITHOUT_RTT: Duration = Duration::from_secs(1);
 
 pub struct Limiter {
     state: Mutex<State>,
-    notify: Notify,
-    /// Retries wait here and are served before new requests: a retried
-    /// request already waited its turn once, and while it waits again its row
-    /// holds back every row behind it in the ordered output.
-    notify_retry: Notify,
     max: f64,
+}
+
+/// A waiting request: its place in line and how to wake it.
+struct Waiter {
+    id: u64,
+    wake: Arc<Notify>,
 }
 
 struct State {
     limit: f64,
     in_flight: usize,
-    retries_waiting: usize,
+    /// Requests waiting for a slot, first come first served. Retries have a
+    /// line of their own that goes first: a retried request already waited
+    /// its turn once, and while it waits again its row holds back every row
+    /// behind it in the ordered output.
+    waiting: VecDeque<Waiter>,
+    retries_waiting: VecDeque<Waiter>,
+    next_waiter: u64,
     /// Slow start lasts until the first capacity signal.
     slow_start: bool,
     /// Requests sent before this instant belong to a window already cut for.
@@ -85,7 +93,9 @@ impl Limiter {
             state: Mutex::new(State {
                 limit,
                 in_flight: 0,
-                retries_waiting: 0,
+                waiting: VecDeque::new(),
+                retries_waiting: VecDeque::new(),
+                next_waiter: 0,
                 slow_start: true,
                 last_decrease: now,
                 last_saturated: now,
@@ -98,31 +108,24 @@ impl Limiter {
                 samples: vec![(Duration::ZERO, limit as u32)],
                 started: now,
             }),
-            notify: Notify::new(),
-            notify_retry: Notify::new(),
             max,
         }
     }
 
     /// Waits for a slot, for any pause to end, and for the pacing gap; gives
-    /// up when `deadline` passes. A `retry` goes before new requests.
+    /// up when `deadline` passes. Slots go first come first served, retries
+    /// before new requests.
     pub async fn acquire(&self, deadline: Option<Instant>, retry: bool) -> Option<Permit<'_>> {
-        let _queued = retry.then(|| RetryQueued::new(self));
+        let lane = if retry { Lane::Retry } else { Lane::New };
+        let mut place: Option<Place<'_>> = None;
         loop {
-            let notified = if retry {
-                self.notify_retry.notified()
-            } else {
-                self.notify.notified()
-            };
-            tokio::pin!(notified);
-            notified.as_mut().enable();
             let wait_until = {
                 let mut s = self.state.lock().expect("limiter lock");
                 let now = Instant::now();
-                let reserved = if retry { 0 } else { s.retries_waiting };
+                let my_turn = s.is_next(lane, place.as_ref().map(|p| p.id));
                 match s.paused_until {
                     Some(until) if until > now => Some(until),
-                    _ if s.in_flight + reserved >= s.limit.floor() as usize => None,
+                    _ if !my_turn || s.in_flight >= s.limit.floor() as usize => None,
                     _ if s.next_dispatch > now => Some(s.next_dispatch),
                     _ => {
                         s.in_flight += 1;
@@ -133,6 +136,12 @@ impl Limiter {
                         if spacing >= MIN_PACING {
                             s.next_dispatch = now + spacing;
                         }
+                        if let Some(mut place) = place.take() {
+                            s.leave(place.lane, place.id);
+                            place.left = true;
+                        }
+                        // Slots left over go on to whoever is next in line.
+                        s.wake_next();
                         return Some(Permit {
                             limiter: self,
                             sent_at: now,
@@ -144,7 +153,13 @@ impl Limiter {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return None;
             }
-            super::wait(notified, super::earliest(wait_until, deadline)).await;
+            let place = place.get_or_insert_with(|| Place::join(self, lane));
+            let notified = place.wake.notified();
+            super::wait(
+                std::pin::pin!(notified),
+                super::earliest(wait_until, deadline),
+            )
+            .await;
         }
     }
 
@@ -177,8 +192,8 @@ impl Limiter {
     }
 
     fn release(&self, sent_at: Instant, signal: Signal) {
-        let free = {
-            let mut s = self.state.lock().expect("limiter lock");
+        let mut s = self.state.lock().expect("limiter lock");
+        {
             s.in_flight -= 1;
             let now = Instant::now();
             let before = s.limit;
@@ -212,41 +227,98 @@ impl Limiter {
                 let limit = s.limit.floor() as u32;
                 s.samples.push((at, limit));
             }
-            (
-                (s.limit.floor() as usize).saturating_sub(s.in_flight),
-                s.retries_waiting,
-            )
+        }
+        // Wake the one next in line; whoever takes a slot wakes the next
+        // while slots remain. Waking every waiter on every answer would cost
+        // more CPU than the requests themselves.
+        if s.in_flight < s.limit.floor() as usize {
+            s.wake_next();
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Lane {
+    New,
+    Retry,
+}
+
+/// A request's place in line, held while it waits; leaving the line (at its
+/// deadline, or when its row is dropped) passes any free slot on.
+struct Place<'a> {
+    limiter: &'a Limiter,
+    lane: Lane,
+    id: u64,
+    wake: Arc<Notify>,
+    /// Already out of line (it took a slot under the lock).
+    left: bool,
+}
+
+impl<'a> Place<'a> {
+    fn join(limiter: &'a Limiter, lane: Lane) -> Self {
+        let mut s = limiter.state.lock().expect("limiter lock");
+        let id = s.next_waiter;
+        s.next_waiter += 1;
+        let wake = Arc::new(Notify::new());
+        let waiter = Waiter {
+            id,
+            wake: Arc::clone(&wake),
         };
-        // Wake one waiter per free slot, not all of them: with hundreds of
-        // rows waiting, waking everyone on every answer costs more CPU than
-        // the requests themselves. Retries first.
-        let (free, retries) = free;
-        for _ in 0..free.min(retries) {
-            self.notify_retry.notify_one();
+        match lane {
+            Lane::New => s.waiting.push_back(waiter),
+            Lane::Retry => s.retries_waiting.push_back(waiter),
         }
-        for _ in retries.min(free)..free {
-            self.notify.notify_one();
+        Self {
+            limiter,
+            lane,
+            id,
+            wake,
+            left: false,
         }
     }
 }
 
-/// Counts a retry as waiting while it waits, so new requests leave it a slot.
-struct RetryQueued<'a>(&'a Limiter);
-
-impl<'a> RetryQueued<'a> {
-    fn new(limiter: &'a Limiter) -> Self {
-        limiter.state.lock().expect("limiter lock").retries_waiting += 1;
-        Self(limiter)
-    }
-}
-
-impl Drop for RetryQueued<'_> {
+impl Drop for Place<'_> {
     fn drop(&mut self) {
-        self.0.state.lock().expect("limiter lock").retries_waiting -= 1;
+        if self.left {
+            return;
+        }
+        let mut s = self.limiter.state.lock().expect("limiter lock");
+        s.leave(self.lane, self.id);
+        if s.in_flight < s.limit.floor() as usize {
+            s.wake_next();
+        }
     }
 }
 
 impl State {
+    /// Whether a request may take a free slot now: the first retry in line,
+    /// or, with no retry waiting, the first new request in line (or a new
+    /// request that has not queued, when nobody is in line).
+    fn is_next(&self, lane: Lane, id: Option<u64>) -> bool {
+        let first = |line: &VecDeque<Waiter>| line.front().map(|w| w.id);
+        match lane {
+            Lane::Retry => first(&self.retries_waiting) == id,
+            Lane::New => self.retries_waiting.is_empty() && first(&self.waiting) == id,
+        }
+    }
+
+    fn leave(&mut self, lane: Lane, id: u64) {
+        let line = match lane {
+            Lane::New => &mut self.waiting,
+            Lane::Retry => &mut self.retries_waiting,
+        };
+        if let Some(at) = line.iter().position(|w| w.id == id) {
+            line.remove(at);
+        }
+    }
+
+    fn wake_next(&self) {
+        if let Some(next) = self.retries_waiting.front().or(self.waiting.front()) {
+            next.wake.notify_one();
+        }
+    }
+
     fn spacing(&self, now: Instant) -> Duration {
         let after_pause = match (self.paced_until, self.rtt_ewma) {
             (Some(until), Some(rtt)) if now < until => {
@@ -423,6 +495,69 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn slots_go_to_waiting_requests_in_arrival_order() {
+        let limiter = std::sync::Arc::new(Limiter::new(1, 1));
+        let held = limiter.acquire(None, false).await.unwrap();
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let limiter = limiter.clone();
+            let order = order_tx.clone();
+            tasks.push(tokio::spawn(async move {
+                let permit = limiter.acquire(None, false).await.unwrap();
+                order.send(i).unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                permit.release(Signal::Neutral);
+            }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The slot frees and, before the woken waiter runs, a new request asks.
+        held.release(Signal::Neutral);
+        let late = limiter.acquire(None, false).await.unwrap();
+        order_tx.send(99).unwrap();
+        late.release(Signal::Neutral);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let mut order = Vec::new();
+        while let Ok(i) = order_rx.try_recv() {
+            order.push(i);
+        }
+        assert_eq!(order, vec![0, 1, 2, 99], "the newcomer waits its turn");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_leaving_at_its_deadline_does_not_strand_a_free_slot() {
+        let limiter = std::sync::Arc::new(Limiter::new(1, 1));
+        let held = limiter.acquire(None, false).await.unwrap();
+        let early = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_millis(20);
+                limiter.acquire(Some(deadline), false).await.is_some()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let patient = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                limiter
+                    .acquire(None, false)
+                    .await
+                    .map(|p| p.release(Signal::Neutral))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            !early.await.unwrap(),
+            "the first waiter gave up at its deadline"
+        );
+        drop(held);
+        let got = tokio::time::timeout(Duration::from_secs(1), patient).await;
+        assert!(got.is_ok(), "the patient waiter got the freed slot");
     }
 
     #[tokio::test]
