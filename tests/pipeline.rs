@@ -27,14 +27,7 @@ async fn sentiment_example_classifies_every_row() {
     let pipeline = ws.write("pipeline.yaml", &yaml);
     std::fs::copy(example.join("reviews.csv"), ws.path("reviews.csv")).unwrap();
 
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let out = run_with_key(&pipeline, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = stderr(&out);
     assert!(
@@ -175,14 +168,7 @@ async fn a_server_over_capacity_slows_the_run_but_loses_nothing() {
         "p.yaml",
         &pipeline_yaml("in.csv", "out.csv", 16, ECHO_OPTIONS),
     );
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let out = run_with_key(&pipeline, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let rows = read_csv(&ws.path("out.csv"));
     assert_eq!(rows.len(), 121);
@@ -206,14 +192,7 @@ async fn failed_rows_are_reported_and_never_take_other_rows_with_them() {
         "p.yaml",
         &pipeline_yaml("in.jsonl", "out.jsonl", 4, ECHO_OPTIONS),
     );
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let out = run_with_key(&pipeline, &server.base_url()).await;
     assert_eq!(
         out.status.code(),
         Some(2),
@@ -282,14 +261,7 @@ async fn provider_errors_are_not_retried_and_keep_the_providers_message() {
         "p.yaml",
         &pipeline_yaml("in.csv", "out.csv", 2, ECHO_OPTIONS),
     );
-    let out = weir(
-        &["run", pipeline.to_str().unwrap()],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let out = run_with_key(&pipeline, &server.base_url()).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains(

@@ -54,6 +54,15 @@ pub async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
         .unwrap()
 }
 
+/// `weir run PIPELINE` with the test key and the endpoint at `base_url`.
+pub async fn run_with_key(pipeline: &Path, base_url: &str) -> Output {
+    weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", base_url)],
+    )
+    .await
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

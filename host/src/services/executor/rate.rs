@@ -11,6 +11,10 @@ use std::time::Duration;
 /// Up to this share of a minute's quota may go at once, so a run does not
 /// open with a burst the provider would reject.
 const BURST_SECONDS: u32 = 6;
+/// Requests spaced by a provider's reported rate are kept this much further
+/// apart: at exactly its rate, network and scheduling jitter land some
+/// requests early against an empty bucket.
+const HEADER_MARGIN: f64 = 1.1;
 
 pub struct RateLimits {
     requests: Option<DefaultDirectRateLimiter>,
@@ -101,7 +105,7 @@ fn exhausted_window(headers: &HeaderMap) -> Option<Duration> {
         let one_slot = get("x-ratelimit-limit-requests".into())
             .and_then(|l| l.parse::<f64>().ok())
             .filter(|l| *l > 0.0)
-            .map(|limit| Duration::from_secs_f64(60.0 / limit));
+            .map(|limit| Duration::from_secs_f64(60.0 / limit * HEADER_MARGIN));
         Some(one_slot.map_or(reset, |slot| slot.min(reset)))
     };
     let tokens = || {
@@ -188,7 +192,7 @@ mod tests {
             "x-ratelimit-limit-requests",
             HeaderValue::from_static("600"),
         );
-        assert_eq!(exhausted_window(&h), Some(Duration::from_millis(100)));
+        assert_eq!(exhausted_window(&h), Some(Duration::from_millis(110)));
     }
 
     #[test]
