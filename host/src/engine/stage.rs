@@ -63,7 +63,7 @@ impl Node {
     async fn run_guest(&self, rows: &[Row], state_id: u64) -> Result<Vec<Row>, RowError> {
         let input: Vec<String> = rows
             .iter()
-            .map(|r| serde_json::Value::Object(r.clone()).to_string())
+            .map(|r| serde_json::to_string(r).expect("a JSON object always serializes"))
             .collect();
         let deadline = self.row_deadline.map(|d| Instant::now() + d);
         let scope = vec![RowScope::new(state_id, deadline); rows.len()];
