@@ -31,6 +31,8 @@ const CAPACITY_BACKOFF: (Duration, Duration) =
 const TRANSIENT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(250), Duration::from_secs(10));
 
+const ROW_DEADLINE_PASSED: &str = "the row's deadline (row_deadline_seconds) passed";
+
 /// The final answer to one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Response {
@@ -330,7 +332,7 @@ impl Endpoint {
                 }
             };
             if !admitted {
-                self.breaker.record(ticket, None);
+                self.breaker.abandon(ticket);
                 return None;
             }
         }
@@ -339,7 +341,7 @@ impl Endpoint {
         match permit {
             Some(permit) => Some((ticket, permit)),
             None => {
-                self.breaker.record(ticket, None);
+                self.breaker.abandon(ticket);
                 None
             }
         }
@@ -359,7 +361,7 @@ impl Endpoint {
         self.stats.finished(false);
         let spent = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
         let why = match stop {
-            Stop::RowDeadline => "the row's deadline (row_deadline_seconds) passed".to_string(),
+            Stop::RowDeadline => ROW_DEADLINE_PASSED.to_string(),
             Stop::RetryBudget => format!(
                 "max_capacity_retry_seconds ({} s) ran out",
                 self.spec.max_capacity_retry_seconds
@@ -439,7 +441,7 @@ impl Endpoint {
                          attempts in {:.1} s; {}",
                         elapsed.as_secs_f64(),
                         if deadline_passed {
-                            "the row's deadline (row_deadline_seconds) passed".to_string()
+                            ROW_DEADLINE_PASSED.to_string()
                         } else {
                             format!(
                                 "max_capacity_retry_seconds is {} s",
@@ -451,7 +453,7 @@ impl Endpoint {
                 }
             }
             Err(failure) if deadline_passed => Err(CallError::DeadlineExceeded(format!(
-                "endpoint `{name}`: the row's deadline (row_deadline_seconds) passed; last attempt: {} \
+                "endpoint `{name}`: {ROW_DEADLINE_PASSED}; last attempt: {} \
                  (after {attempts} attempts)",
                 failure.message
             ))),
