@@ -13,8 +13,8 @@ struct Scenario {
     script: Script,
     /// Extra endpoint settings for weir (never the server's capacity).
     endpoint: &'static str,
-    /// Successful answers per second the server can give at best.
-    capacity_per_second: Option<f64>,
+    /// Requests the server serves at once (429 beyond), when it is limited.
+    capacity_slots: Option<usize>,
     /// Capacity steps to time the recovery after: (at, per second).
     steps: Vec<(Duration, f64)>,
 }
@@ -27,19 +27,19 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             rows,
             script: Script::default(),
             endpoint: "pool_size: 32",
-            capacity_per_second: None,
+            capacity_slots: None,
             steps: vec![],
         },
         Scenario {
             name: "capacity 32 (not told), 100 ms latency",
-            rows: 3200,
+            rows: 6400,
             script: Script {
                 latency,
                 capacity: Some(32),
                 ..Script::default()
             },
             endpoint: "pool_size: 128",
-            capacity_per_second: Some(320.0),
+            capacity_slots: Some(32),
             steps: vec![],
         },
         Scenario {
@@ -55,7 +55,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
                 ..Script::default()
             },
             endpoint: "pool_size: 128",
-            capacity_per_second: None,
+            capacity_slots: None,
             steps: vec![
                 (Duration::from_secs(8), 160.0),
                 (Duration::from_secs(16), 640.0),
@@ -70,7 +70,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
                 ..Script::default()
             },
             endpoint: "pool_size: 64\nrequests_per_minute: 6000",
-            capacity_per_second: None,
+            capacity_slots: None,
             steps: vec![],
         },
         Scenario {
@@ -88,7 +88,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
                 ..Script::default()
             },
             endpoint: "pool_size: 32",
-            capacity_per_second: None,
+            capacity_slots: None,
             steps: vec![],
         },
     ]
@@ -127,6 +127,7 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     }
     std::fs::write(dir.join("rows.csv"), csv)?;
     let server = TestLlmServer::start(scenario.script.clone()).await?;
+    let server_started = Instant::now();
     let endpoint: String = scenario
         .endpoint
         .lines()
@@ -156,18 +157,35 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     let lost = scenario.rows as i64 - outcomes;
 
     println!("  {}", scenario.name);
-    let ideal = scenario.capacity_per_second.map(|c| rows / c);
     println!(
-        "    wall {wall:.2} s{}, {:.0} rows/s; {} rows written, {lost} rows lost",
-        ideal.map_or(String::new(), |i| format!(" (ideal {i:.2} s)")),
+        "    wall {wall:.2} s, {:.0} rows/s; {} rows written, {lost} rows lost",
         rows / wall,
         written
     );
-    if let Some(capacity) = scenario.capacity_per_second {
+    if let Some(slots) = scenario.capacity_slots {
+        // The server holds each answer for its latency plus the timer's slack,
+        // so what it can serve is measured, not assumed.
+        let held = mean_held(&served);
+        let capacity = slots as f64 / held;
+        println!(
+            "    capacity {capacity:.1} answers/s ({slots} slots, each answer held {:.2} ms); \
+             ideal {:.2} s",
+            held * 1e3,
+            rows / capacity
+        );
         println!(
             "    goodput {:.1} % of capacity",
             ok as f64 / wall / capacity * 100.0
         );
+        if let Some(split) = time_split(&served, server_started, started, wall) {
+            println!(
+                "    {:.2} s before the first request, {:.2} s after the last one; \
+                 steady state (from 1 s after the first request): {:.1} % of capacity",
+                split.before_first,
+                split.after_last,
+                split.steady_goodput / capacity * 100.0
+            );
+        }
     }
     for (at, per_second) in &scenario.steps {
         match recovery(&served, *at, *per_second) {
@@ -196,6 +214,47 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// Where the wall time of a run went: before the first request reached the
+/// server and after the last one; and the successful answers per second once
+/// the start-up (slow start) is over, until the last request arrived.
+struct TimeSplit {
+    before_first: f64,
+    after_last: f64,
+    steady_goodput: f64,
+}
+
+fn time_split(
+    served: &[weir_test_llm_server::Served],
+    server_started: Instant,
+    child_started: Instant,
+    wall: f64,
+) -> Option<TimeSplit> {
+    let offset = child_started.duration_since(server_started).as_secs_f64();
+    let first = served.iter().map(|s| s.at).min()?.as_secs_f64() - offset;
+    let last = served.iter().map(|s| s.at).max()?.as_secs_f64() - offset;
+    let from = first + 1.0;
+    let answered = served
+        .iter()
+        .filter(|s| s.status == 200 && s.fault.is_none())
+        .filter(|s| (from..last).contains(&(s.at.as_secs_f64() - offset)))
+        .count();
+    Some(TimeSplit {
+        before_first: first,
+        after_last: wall - last,
+        steady_goodput: answered as f64 / (last - from),
+    })
+}
+
+/// Seconds from arrival to answer, on average over the successful answers.
+fn mean_held(served: &[weir_test_llm_server::Served]) -> f64 {
+    let held: Vec<f64> = served
+        .iter()
+        .filter(|s| s.status == 200)
+        .map(|s| s.held.as_secs_f64())
+        .collect();
+    held.iter().sum::<f64>() / held.len().max(1) as f64
 }
 
 /// Rows with a terminal outcome, and rows written, from the audit database.

@@ -92,6 +92,9 @@ pub struct Served {
     pub sequence: u64,
     /// When the request arrived, since the server started.
     pub at: Duration,
+    /// From the request's arrival to its answer (the scripted latency plus
+    /// the timer's slack).
+    pub held: Duration,
     pub status: u16,
     pub user_message: String,
     pub body: Value,
@@ -324,6 +327,7 @@ async fn answer(
             fault,
             sequence,
             at: since_start,
+            held: shared.started.elapsed() - since_start,
             status,
             user_message: user_message.clone(),
             body: parsed.clone(),

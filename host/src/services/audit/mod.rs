@@ -75,10 +75,13 @@ impl AuditLog {
     fn close(&mut self) -> Result<()> {
         drop(self.tx.take());
         match self.writer.take() {
-            Some(handle) => handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("the audit writer panicked"))?
-                .context("writing the audit database"),
+            Some(handle) => {
+                handle.thread().unpark();
+                handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the audit writer panicked"))?
+                    .context("writing the audit database")
+            }
             None => Ok(()),
         }
     }

@@ -3,14 +3,16 @@
 use super::records::*;
 use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Duration;
 
 /// Records per transaction at most, so a long burst still commits regularly.
 const BATCH: usize = 2_000;
-/// How long a transaction stays open for more records after the first. At LLM
-/// latencies records trickle in; committing each alone would wake this thread
-/// and write the WAL hundreds of times a second.
+/// How long the writer sleeps once it has drained the queue, so records gather
+/// into the next transaction. Waiting on the queue instead would wake this
+/// thread for every record: a cross-thread wake-up per record cost more CPU
+/// than writing it, and committing each alone would write the WAL hundreds of
+/// times a second.
 const LINGER: Duration = Duration::from_millis(50);
 
 pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
@@ -31,23 +33,31 @@ pub fn run(mut conn: Connection, run_id: i64, rx: Receiver<Record>) -> Result<()
     while let Ok(first) = rx.recv() {
         let tx = conn.transaction()?;
         write(&tx, run_id, first)?;
-        let until = Instant::now() + LINGER;
         let mut written = 1;
+        let mut open = true;
         while written < BATCH {
-            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            match rx.try_recv() {
                 Ok(record) => {
                     write(&tx, run_id, record)?;
                     written += 1;
                 }
-                Err(RecvTimeoutError::Timeout) => break,
+                Err(TryRecvError::Empty) => break,
                 // The run is over: commit what there is and stop.
-                Err(RecvTimeoutError::Disconnected) => {
-                    tx.commit()?;
-                    return Ok(());
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
                 }
             }
         }
         tx.commit()?;
+        if !open {
+            return Ok(());
+        }
+        if written < BATCH {
+            // `AuditLog::close` unparks this thread, so the end of a run
+            // does not wait out the linger.
+            std::thread::park_timeout(LINGER);
+        }
     }
     Ok(())
 }

@@ -2,10 +2,15 @@
 //!
 //! The limit on requests in flight starts low and, like TCP, doubles every
 //! round trip (slow start) until the first capacity signal, which halves it
-//! back to the last window that passed; from then on it grows by one per round
-//! trip while the limit is actually reached, and is cut by `DECREASE` on a
-//! capacity signal (429/503/529 or a timeout) — once per round trip, so a
-//! burst of rejections from one window cuts it only once.
+//! back to the last window that passed. From then on a capacity signal
+//! (429/503/529 or a timeout) cuts it by `DECREASE` — once per round trip, so a
+//! burst of rejections from one window cuts it only once — and remembers the
+//! limit it was cut from as the ceiling. Growth, while the limit is actually
+//! reached, follows TCP BIC: below the ceiling it closes half the distance per
+//! round trip (quickly back near the ceiling, then ever slower, so most time is
+//! spent just under it rather than saw-toothing a whole cut below); above the
+//! ceiling it probes slowly first and then doubles its step every round trip,
+//! so a provider that gained capacity is found in a few round trips.
 //! It never exceeds `pool_size`. In steady state answers clock the dispatches
 //! (a freed slot is refilled at once). When a pause ends, the waiters it held
 //! would leave together, so for one round trip after it dispatches are paced
@@ -20,6 +25,9 @@ use tokio::sync::Notify;
 
 /// Multiplicative decrease on a capacity signal.
 const DECREASE: f64 = 0.9;
+/// Smallest growth per round trip (slots): how slowly the ceiling is approached
+/// and first probed beyond.
+const MIN_GROWTH: f64 = 0.1;
 /// Below this spacing, pacing would cost more in timer wake-ups than it saves.
 const MIN_PACING: Duration = Duration::from_millis(1);
 /// Weight of the newest round trip in the moving average.
@@ -50,6 +58,8 @@ struct State {
     next_waiter: u64,
     /// Slow start lasts until the first capacity signal.
     slow_start: bool,
+    /// The limit at the last capacity signal, before the cut.
+    ceiling: f64,
     /// Requests sent before this instant belong to a window already cut for.
     last_decrease: Instant,
     /// When every slot was last taken. A success grows the limit only if the
@@ -97,6 +107,7 @@ impl Limiter {
                 retries_waiting: VecDeque::new(),
                 next_waiter: 0,
                 slow_start: true,
+                ceiling: max,
                 last_decrease: now,
                 last_saturated: now,
                 paused_until: None,
@@ -205,17 +216,19 @@ impl Limiter {
                         None => rtt,
                     });
                     if s.last_saturated >= sent_at {
-                        let step = if s.slow_start {
-                            1.0
+                        let per_round_trip = if s.slow_start {
+                            s.limit.floor()
                         } else {
-                            1.0 / s.limit.floor()
+                            growth_per_round_trip(s.limit, s.ceiling)
                         };
-                        s.limit = (s.limit + step).min(self.max);
+                        // One answer of the `limit` a round trip brings back.
+                        s.limit = (s.limit + per_round_trip / s.limit.floor()).min(self.max);
                     }
                 }
                 Signal::Capacity if sent_at >= s.last_decrease => {
                     let factor = if s.slow_start { 0.5 } else { DECREASE };
                     s.slow_start = false;
+                    s.ceiling = s.limit;
                     s.limit = (s.limit * factor).max(1.0);
                     s.last_decrease = now;
                 }
@@ -235,6 +248,18 @@ impl Limiter {
             s.wake_next();
         }
     }
+}
+
+/// Binary search towards the ceiling, then probing beyond it with a step that
+/// doubles each round trip (the distance covered so far), never more than half
+/// the limit at once.
+fn growth_per_round_trip(limit: f64, ceiling: f64) -> f64 {
+    let step = if limit < ceiling {
+        (ceiling - limit) / 2.0
+    } else {
+        limit - ceiling
+    };
+    step.clamp(MIN_GROWTH, (limit / 2.0).max(MIN_GROWTH))
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -385,7 +410,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_capacity_burst_cuts_once_then_growth_is_additive() {
+    async fn a_capacity_burst_cuts_once_then_growth_closes_on_the_ceiling() {
         let limiter = Limiter::new(32, 64);
         for p in fill(&limiter).await {
             p.release(Signal::Capacity);
@@ -405,15 +430,21 @@ mod tests {
             14,
             "16 × 0.9, cut once for the window"
         );
-        for _ in 0..3 {
+        // Cut from 16 to 14.4: the ceiling is 16.
+        let mut limits = Vec::new();
+        for _ in 0..16 {
             for p in fill(&limiter).await {
                 p.release(Signal::Success);
             }
+            limits.push(limiter.snapshot().limit);
         }
-        let limit = limiter.snapshot().limit;
         assert!(
-            (16..=17).contains(&limit),
-            "about +1 per window after a cut, got {limit}"
+            limits[..4].iter().all(|&l| (14..=16).contains(&l)) && limits[1] == 15,
+            "back near the ceiling in a round trip or two, then just under it: {limits:?}"
+        );
+        assert!(
+            limits[15] >= 24,
+            "beyond the ceiling, growth speeds up: {limits:?}"
         );
     }
 
