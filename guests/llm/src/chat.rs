@@ -2,13 +2,19 @@
 //! becomes row fields or a row error with a stable code.
 
 use crate::host::{CallError, Response};
-use crate::options::LlmOptions;
+use crate::options::{LlmOptions, Query, ResponseFormat};
 use crate::prompt::Rendered;
 use serde_json::{Value, json};
 
 /// Builds the request body. Only options the user set are sent, so provider
-/// defaults apply otherwise.
-pub fn request_body(options: &LlmOptions, prompt: &Rendered) -> String {
+/// defaults apply otherwise. `schema` is the JSON Schema the answer must
+/// follow when the query asks for `json_schema`.
+pub fn request_body(
+    options: &LlmOptions,
+    query: &Query,
+    prompt: &Rendered,
+    schema: impl FnOnce() -> Value,
+) -> String {
     let mut messages = Vec::with_capacity(2);
     if let Some(system) = &prompt.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -22,10 +28,41 @@ pub fn request_body(options: &LlmOptions, prompt: &Rendered) -> String {
     if let Some(t) = options.temperature {
         body.insert("temperature".into(), json!(t));
     }
-    if let Some(m) = options.max_tokens {
+    if let Some(m) = query.max_tokens {
         body.insert("max_tokens".into(), json!(m));
     }
+    match query.response_format {
+        ResponseFormat::Text => {}
+        ResponseFormat::JsonObject => {
+            body.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        ResponseFormat::JsonSchema => {
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema",
+                       "json_schema": {"name": schema_name(&query.name), "strict": true,
+                                       "schema": schema()}}),
+            );
+        }
+    }
     Value::Object(body).to_string()
+}
+
+/// Providers accept `[a-zA-Z0-9_-]{1,64}` as a schema name.
+fn schema_name(query: &str) -> String {
+    let name: String = query
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' => c,
+            _ => '_',
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "answer".into()
+    } else {
+        name
+    }
 }
 
 /// A successful answer, reduced to what goes onto the row.
@@ -44,7 +81,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
@@ -166,13 +203,18 @@ mod tests {
             .unwrap()
     }
 
+    fn body_of(options: &LlmOptions, prompt: &Rendered) -> Value {
+        let query = &options.queries().unwrap()[0];
+        serde_json::from_str(&request_body(options, query, prompt, || json!({}))).unwrap()
+    }
+
     #[test]
     fn body_carries_only_what_is_set() {
         let prompt = Rendered {
             system: Some("sys".into()),
             user: "hello".into(),
         };
-        let body: Value = serde_json::from_str(&request_body(&options(), &prompt)).unwrap();
+        let body = body_of(&options(), &prompt);
         assert_eq!(
             body,
             json!({"model":"gpt-x","messages":[{"role":"system","content":"sys"},
@@ -183,8 +225,35 @@ mod tests {
             system: None,
             user: "u".into(),
         };
-        let body: Value = serde_json::from_str(&request_body(&bare, &prompt)).unwrap();
-        assert_eq!(body, json!({"messages":[{"role":"user","content":"u"}]}));
+        assert_eq!(
+            body_of(&bare, &prompt),
+            json!({"messages":[{"role":"user","content":"u"}]})
+        );
+    }
+
+    #[test]
+    fn json_formats_are_requested() {
+        let prompt = Rendered {
+            system: None,
+            user: "u".into(),
+        };
+        let object = LlmOptions::from_json(
+            r#"{"template":"t","outputs":{"a":"string"},"response_format":"json_object"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            body_of(&object, &prompt)["response_format"],
+            json!({"type": "json_object"})
+        );
+        let schema = LlmOptions::from_json(
+            r#"{"template":"t","outputs":{"a":"string"},"response_format":"json_schema",
+                "response_field":"my answer"}"#,
+        )
+        .unwrap();
+        let format = &body_of(&schema, &prompt)["response_format"];
+        assert_eq!(format["type"], "json_schema");
+        assert_eq!(format["json_schema"]["name"], "my_answer");
+        assert_eq!(format["json_schema"]["strict"], true);
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! A configured `llm` node: turns a batch of rows into one outcome per row.
 
 use crate::chat::{self, Failure};
-use crate::hashing;
 use crate::host::{Host, Level, Request};
-use crate::options::LlmOptions;
-use crate::prompt::Prompts;
+use crate::options::{LlmOptions, Query};
+use crate::prompt::{Prompts, Rendered};
+use crate::{bundle, hashing, parse};
 use serde_json::{Map, Value};
 
 pub type Row = Map<String, Value>;
@@ -33,109 +33,400 @@ impl From<Failure> for Outcome {
 
 pub struct LlmNode {
     options: LlmOptions,
+    queries: Vec<CompiledQuery>,
+}
+
+struct CompiledQuery {
+    query: Query,
     prompts: Prompts,
     template_hash: String,
 }
 
+/// One request: a query for one row, or for a bundle of rows.
+struct Unit {
+    query: usize,
+    rows: Vec<u32>,
+    body: String,
+}
+
+/// What one query gave one row.
+type QueryResult = Result<Row, Failure>;
+
 impl LlmNode {
     pub fn configure(options_json: &str) -> Result<Self, String> {
         let options = LlmOptions::from_json(options_json)?;
-        let prompts = Prompts::compile(&options.template, options.system_prompt.as_deref())?;
-        let template_hash = hashing::template_hash(&options.template);
-        Ok(Self {
-            options,
-            prompts,
-            template_hash,
-        })
+        let multi = options.queries.is_some();
+        let queries = options
+            .queries()?
+            .into_iter()
+            .map(|query| {
+                let at = if multi {
+                    format!("options.queries.{}", query.name)
+                } else {
+                    "options".to_string()
+                };
+                let prompts = Prompts::compile(&query.template, query.system_prompt.as_deref())
+                    .map_err(|e| match multi {
+                        true => format!("{at}.{e}"),
+                        false => e,
+                    })?;
+                Ok(CompiledQuery {
+                    template_hash: hashing::template_hash(&query.template),
+                    query,
+                    prompts,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Self { options, queries })
     }
 
     pub fn output_fields(&self) -> Vec<String> {
         self.options.output_fields()
     }
 
-    /// Renders every row first and sends all their requests in one executor call,
-    /// so the rows of a batch wait on the endpoint together rather than in turn.
+    /// Renders every row (and bundle) first and sends all their requests in one
+    /// executor call, so the rows of a batch and all their queries wait on the
+    /// endpoint together rather than in turn. A row gets the answers of all its
+    /// queries or fails as a whole.
     pub fn process(&self, rows: &[String], host: &impl Host) -> Vec<Outcome> {
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; rows.len()];
-        let mut parsed: Vec<Option<Row>> = vec![None; rows.len()];
-        let mut requests = Vec::new();
-        for (index, text) in rows.iter().enumerate() {
-            let row_index = index as u32;
-            match self.prepare(row_index, text, host) {
-                Ok((row, body)) => {
-                    parsed[index] = Some(row);
-                    requests.push(Request {
-                        endpoint: self.options.endpoint.clone(),
-                        body,
-                        row: row_index,
-                    });
-                }
-                Err(outcome) => outcomes[index] = Some(outcome),
-            }
+        if self.options.batch_template.is_some() {
+            return self.summarize(rows, host);
         }
-        let rows_sent: Vec<u32> = requests.iter().map(|r| r.row).collect();
-        let results = if requests.is_empty() {
-            Vec::new()
-        } else {
-            host.send(requests)
-        };
-        if results.len() != rows_sent.len() {
+        let parsed: Vec<Result<Row, Outcome>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, text)| self.parse_row(i as u32, text, host))
+            .collect();
+        let ready: Vec<u32> = (0..rows.len() as u32)
+            .filter(|&i| parsed[i as usize].is_ok())
+            .collect();
+        if self.options.bundle_size > 1 && rows.len() == 1 {
             host.log(
-                Level::Warn,
-                &format!(
-                    "executor returned {} results for {} requests",
-                    results.len(),
-                    rows_sent.len()
-                ),
+                Level::Debug,
+                "bundle_size is set but this batch has one row: give the node `batch` so rows \
+                 arrive together",
             );
         }
-        let mut results = results.into_iter();
-        for row_index in rows_sent {
-            let index = row_index as usize;
-            let outcome = match results.next() {
-                Some(result) => match (chat::interpret(result), parsed[index].take()) {
-                    (Ok(answer), Some(row)) => self.enrich(row, answer),
-                    (Err(failure), _) => failure.into(),
-                    (Ok(_), None) => Outcome::failed("internal_error", "row was not parsed"),
-                },
-                None => Outcome::failed("llm_call_failed", "the executor returned no result"),
-            };
-            outcomes[index] = Some(outcome);
+        // results[row][query]
+        let mut results: Vec<Vec<Option<QueryResult>>> =
+            vec![vec![None; self.queries.len()]; rows.len()];
+        let mut units = Vec::new();
+        for (q, compiled) in self.queries.iter().enumerate() {
+            let mut rendered = Vec::new();
+            for &row in &ready {
+                let Ok(data) = &parsed[row as usize] else {
+                    continue;
+                };
+                match compiled.prompts.render(data, &compiled.query.inputs) {
+                    Ok(prompt) => rendered.push((row, prompt)),
+                    Err(e) => {
+                        results[row as usize][q] =
+                            Some(Err(Failure::new("template_rendering_failed", e)));
+                    }
+                }
+            }
+            let bundle = self.options.bundle_size.max(1);
+            for chunk in rendered.chunks(bundle) {
+                units.push(self.unit(q, chunk));
+            }
         }
-        outcomes
+        self.run_units(units, &parsed, &mut results, host, true);
+        parsed
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| Outcome::failed("internal_error", "row has no outcome")))
+            .zip(results)
+            .map(|(row, answers)| match row {
+                Ok(row) => self.conclude(row, answers),
+                Err(outcome) => outcome,
+            })
             .collect()
     }
 
-    /// Parses the row, records its hashes and renders its request body.
-    fn prepare(
-        &self,
-        row_index: u32,
-        text: &str,
-        host: &impl Host,
-    ) -> Result<(Row, String), Outcome> {
+    fn parse_row(&self, index: u32, text: &str, host: &impl Host) -> Result<Row, Outcome> {
         let row: Row = serde_json::from_str(text).map_err(|e| {
             Outcome::failed("invalid_row", format!("row is not a JSON object: {e}"))
         })?;
-        host.attach(row_index, "template_hash", &self.template_hash);
+        for compiled in &self.queries {
+            host.attach(
+                index,
+                &self.key("template_hash", compiled),
+                &compiled.template_hash,
+            );
+        }
         match hashing::variables_hash(&row) {
-            Ok(hash) => host.attach(row_index, "variables_hash", &hash),
+            Ok(hash) => host.attach(index, "variables_hash", &hash),
             Err(e) => host.log(Level::Debug, &e),
         }
-        let prompt = self
-            .prompts
-            .render(&row)
-            .map_err(|e| Outcome::failed("template_rendering_failed", e))?;
-        Ok((row, chat::request_body(&self.options, &prompt)))
+        Ok(row)
     }
 
-    fn enrich(&self, mut row: Row, answer: chat::Answer) -> Outcome {
-        let field = &self.options.response_field;
-        row.insert(field.clone(), Value::String(answer.content));
-        row.insert(format!("{field}_usage"), answer.usage);
-        row.insert(format!("{field}_model"), answer.model);
-        Outcome::Rows(vec![Value::Object(row).to_string()])
+    /// An audit key, suffixed with the query's name when there are several.
+    fn key(&self, base: &str, compiled: &CompiledQuery) -> String {
+        match self.options.queries {
+            Some(_) => format!("{base}.{}", compiled.query.name),
+            None => base.to_string(),
+        }
+    }
+
+    fn unit(&self, q: usize, chunk: &[(u32, Rendered)]) -> Unit {
+        let query = &self.queries[q].query;
+        let outputs = query.outputs.as_deref().unwrap_or_default();
+        let body = match chunk {
+            [(_, prompt)] => chat::request_body(&self.options, query, prompt, || {
+                parse::object_schema(outputs, None)
+            }),
+            several => {
+                let items: Vec<(u32, String)> =
+                    several.iter().map(|(r, p)| (*r, p.user.clone())).collect();
+                let prompt = Rendered {
+                    // The system prompt is the bundle's: its first row's.
+                    system: several[0].1.system.clone(),
+                    user: bundle::prompt(&items, outputs),
+                };
+                chat::request_body(&self.options, query, &prompt, || bundle::schema(outputs))
+            }
+        };
+        Unit {
+            query: q,
+            rows: chunk.iter().map(|(r, _)| *r).collect(),
+            body,
+        }
+    }
+
+    /// Sends every unit at once and files each answer under its rows. Rows a
+    /// bundle left without an answer are asked again one by one when the
+    /// options say so (`first_round`).
+    fn run_units(
+        &self,
+        units: Vec<Unit>,
+        parsed: &[Result<Row, Outcome>],
+        results: &mut [Vec<Option<QueryResult>>],
+        host: &impl Host,
+        first_round: bool,
+    ) {
+        if units.is_empty() {
+            return;
+        }
+        let requests = units
+            .iter()
+            .map(|u| Request {
+                endpoint: self.options.endpoint.clone(),
+                body: u.body.clone(),
+                row: u.rows[0],
+            })
+            .collect();
+        let mut answers = host.send(requests).into_iter();
+        let mut retry = Vec::new();
+        for unit in &units {
+            let answer = answers.next().map_or_else(
+                || {
+                    Err(Failure::new(
+                        "llm_call_failed",
+                        "the executor returned no result",
+                    ))
+                },
+                chat::interpret,
+            );
+            let per_row = self.file_answer(unit, answer, host);
+            for (row, result) in unit.rows.iter().zip(per_row) {
+                let bundled_miss = unit.rows.len() > 1 && result.is_err();
+                if bundled_miss && first_round && self.options.bundle_retry_individually {
+                    retry.push((unit.query, *row));
+                } else {
+                    results[*row as usize][unit.query] = Some(result);
+                }
+            }
+        }
+        if retry.is_empty() {
+            return;
+        }
+        host.log(
+            Level::Info,
+            &format!("asking {} bundled rows again one by one", retry.len()),
+        );
+        let mut singles = Vec::new();
+        for (q, row) in retry {
+            let Ok(data) = &parsed[row as usize] else {
+                continue;
+            };
+            let compiled = &self.queries[q];
+            match compiled.prompts.render(data, &compiled.query.inputs) {
+                Ok(prompt) => singles.push(self.unit(q, &[(row, prompt)])),
+                Err(e) => {
+                    results[row as usize][q] =
+                        Some(Err(Failure::new("template_rendering_failed", e)))
+                }
+            }
+        }
+        self.run_units(singles, parsed, results, host, false);
+    }
+
+    /// One result per row of the unit.
+    fn file_answer(
+        &self,
+        unit: &Unit,
+        answer: Result<chat::Answer, Failure>,
+        host: &impl Host,
+    ) -> Vec<QueryResult> {
+        let compiled = &self.queries[unit.query];
+        let answer = match answer {
+            Ok(a) => a,
+            Err(f) => return vec![Err(f); unit.rows.len()],
+        };
+        let Some(outputs) = &compiled.query.outputs else {
+            let field = &self.options.response_field;
+            let mut row = Row::new();
+            row.insert(field.clone(), Value::String(answer.content));
+            row.insert(format!("{field}_usage"), answer.usage);
+            row.insert(format!("{field}_model"), answer.model);
+            return vec![Ok(row)];
+        };
+        let keep_raw =
+            |row: u32| host.attach(row, &self.key("raw_answer", compiled), &answer.content);
+        let value = match parse::extract_json(&answer.content) {
+            Ok(v) => v,
+            Err(e) => {
+                unit.rows.iter().for_each(|r| keep_raw(*r));
+                return vec![Err(Failure::new("response_unparsable", e)); unit.rows.len()];
+            }
+        };
+        if unit.rows.len() == 1 {
+            return vec![parse::map_outputs(&value, outputs).map_err(|e| {
+                keep_raw(unit.rows[0]);
+                Failure::new("response_invalid", e)
+            })];
+        }
+        match bundle::split(&value, &unit.rows, outputs) {
+            Ok((per_row, unknown)) => {
+                if !unknown.is_empty() {
+                    host.log(
+                        Level::Warn,
+                        &format!(
+                            "a bundled answer had entries for unknown ids: {}",
+                            unknown.join(", ")
+                        ),
+                    );
+                }
+                unit.rows
+                    .iter()
+                    .zip(per_row)
+                    .map(|(row, result)| {
+                        result.map_err(|miss| {
+                            keep_raw(*row);
+                            match miss {
+                                bundle::Miss::Missing => Failure::new(
+                                    "bundle_answer_missing",
+                                    format!(
+                                        "the bundled answer has no entry with id {}",
+                                        bundle::row_id(*row)
+                                    ),
+                                ),
+                                bundle::Miss::Duplicated(n) => Failure::new(
+                                    "bundle_answer_ambiguous",
+                                    format!(
+                                        "the bundled answer has {n} entries with id {}",
+                                        bundle::row_id(*row)
+                                    ),
+                                ),
+                                bundle::Miss::Invalid(e) => Failure::new("response_invalid", e),
+                            }
+                        })
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                unit.rows.iter().for_each(|r| keep_raw(*r));
+                vec![Err(Failure::new("response_invalid", e)); unit.rows.len()]
+            }
+        }
+    }
+
+    /// All of a row's answers onto the row, or one error naming every query
+    /// that failed and how many answers are thrown away with them.
+    fn conclude(&self, mut row: Row, answers: Vec<Option<QueryResult>>) -> Outcome {
+        let mut failures = Vec::new();
+        let mut fields = Vec::new();
+        for (compiled, answer) in self.queries.iter().zip(answers) {
+            match answer {
+                Some(Ok(f)) => fields.push(f),
+                Some(Err(f)) => failures.push((compiled.query.name.as_str(), f)),
+                None => failures.push((
+                    compiled.query.name.as_str(),
+                    Failure::new("internal_error", "no answer was filed"),
+                )),
+            }
+        }
+        match failures.as_slice() {
+            [] => {
+                for f in fields {
+                    row.extend(f);
+                }
+                Outcome::Rows(vec![Value::Object(row).to_string()])
+            }
+            [(_, only)] if self.queries.len() == 1 => only.clone().into(),
+            several => {
+                let list: Vec<String> = several
+                    .iter()
+                    .map(|(name, f)| format!("{name}: {} ({})", f.message, f.code))
+                    .collect();
+                Outcome::failed(
+                    several[0].1.code,
+                    format!(
+                        "{} of {} queries failed, {} answers discarded: {}",
+                        several.len(),
+                        self.queries.len(),
+                        fields.len(),
+                        list.join("; ")
+                    ),
+                )
+            }
+        }
+    }
+
+    /// `batch_template`: one prompt for the whole batch, one row out (on the
+    /// first input row's outcome; the others are consumed into it).
+    fn summarize(&self, rows: &[String], host: &impl Host) -> Vec<Outcome> {
+        let mut parsed = Vec::with_capacity(rows.len());
+        for (i, text) in rows.iter().enumerate() {
+            match self.parse_row(i as u32, text, host) {
+                Ok(row) => parsed.push(row),
+                Err(outcome) => return vec![outcome; rows.len()],
+            }
+        }
+        let compiled = &self.queries[0];
+        let fail = |f: Failure| vec![Outcome::from(f); rows.len()];
+        let prompt = match compiled.prompts.render_batch(&parsed) {
+            Ok(p) => p,
+            Err(e) => return fail(Failure::new("template_rendering_failed", e)),
+        };
+        let unit = Unit {
+            query: 0,
+            rows: vec![0],
+            body: chat::request_body(&self.options, &compiled.query, &prompt, || {
+                parse::object_schema(compiled.query.outputs.as_deref().unwrap_or_default(), None)
+            }),
+        };
+        let request = Request {
+            endpoint: self.options.endpoint.clone(),
+            body: unit.body.clone(),
+            row: 0,
+        };
+        let answer = host.send(vec![request]).into_iter().next().map_or_else(
+            || {
+                Err(Failure::new(
+                    "llm_call_failed",
+                    "the executor returned no result",
+                ))
+            },
+            chat::interpret,
+        );
+        match self.file_answer(&unit, answer, host).remove(0) {
+            Ok(summary) => {
+                let mut outcomes = vec![Outcome::Rows(Vec::new()); rows.len()];
+                outcomes[0] = Outcome::Rows(vec![Value::Object(summary).to_string()]);
+                outcomes
+            }
+            Err(f) => fail(f),
+        }
     }
 }
 
@@ -143,6 +434,7 @@ impl LlmNode {
 mod tests {
     use super::*;
     use crate::host::{CallError, Response};
+    use serde_json::json;
     use std::cell::RefCell;
 
     /// A scripted host: answers each request with the next scripted result and
@@ -274,5 +566,145 @@ mod tests {
         let out = node().process(&["[1,2]".to_string(), r#"{"text":"a"}"#.to_string()], &host);
         assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "invalid_row"));
         assert!(matches!(out[1], Outcome::Rows(_)));
+    }
+    fn rows(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!(r#"{{"id":"{i}","text":"t{i}"}}"#))
+            .collect()
+    }
+
+    fn out_row(outcome: &Outcome) -> Value {
+        match outcome {
+            Outcome::Rows(r) => serde_json::from_str(&r[0]).unwrap(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_query_of_every_row_goes_in_one_call_and_a_row_takes_all_or_nothing() {
+        let node = LlmNode::configure(
+            r#"{"queries": {
+                "tone": {"template": "tone of {{ row.text }}", "outputs": {"tone": {"enum": ["calm", "angry"]}}},
+                "score": {"template": "score {{ t }}", "inputs": {"t": "text"}, "outputs": {"score": "integer"}}
+            }}"#,
+        )
+        .unwrap();
+        assert_eq!(node.output_fields(), vec!["tone", "score"]);
+        let host = ScriptedHost::replying(vec![
+            answer(r#"{"tone": "Calm"}"#),
+            answer("```json\n{\"tone\": \"angry\"}\n```"),
+            answer(r#"Sure: {"score": 3}"#),
+            answer(r#"{"score": "high"}"#),
+        ]);
+        let out = node.process(&rows(2), &host);
+        assert_eq!(
+            host.sent.borrow().len(),
+            4,
+            "one send for both rows and both queries"
+        );
+        let first = out_row(&out[0]);
+        assert_eq!(
+            (first["tone"].clone(), first["score"].clone()),
+            (json!("calm"), json!(3))
+        );
+        match &out[1] {
+            Outcome::Failed { code, message } => {
+                assert_eq!(code, "response_invalid");
+                assert!(
+                    message.contains("1 of 2 queries failed, 1 answers discarded"),
+                    "{message}"
+                );
+                assert!(
+                    message.contains("score: `score` should be an integer"),
+                    "{message}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let attached = host.attached.borrow();
+        assert!(
+            attached
+                .iter()
+                .any(|(row, k, v)| *row == 1 && k == "raw_answer.score" && v.contains("high")),
+            "the raw answer of a failed parse is kept: {attached:?}"
+        );
+    }
+
+    #[test]
+    fn a_bundle_is_one_request_matched_by_id_and_misses_can_be_asked_again() {
+        let node = LlmNode::configure(
+            r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 3,
+                "bundle_retry_individually": true}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![
+            // Rows 0-2 in one bundle (shuffled, row 1 missing), row 3 alone.
+            answer(
+                r#"{"answers": [{"id": "r2", "n": 20}, {"id": "r0", "n": 0}, {"id": "r7", "n": 70}]}"#,
+            ),
+            answer(r#"{"n": 30}"#),
+            // Row 1 asked again on its own.
+            answer(r#"{"n": 10}"#),
+        ]);
+        let out = node.process(&rows(4), &host);
+        let values: Vec<Value> = out.iter().map(|o| out_row(o)["n"].clone()).collect();
+        assert_eq!(values, vec![json!(0), json!(10), json!(20), json!(30)]);
+        let sent = host.sent.borrow();
+        assert_eq!(sent.len(), 3);
+        assert!(
+            sent[0].body.contains(r#"\"id\":\"r1\""#),
+            "{}",
+            sent[0].body
+        );
+        assert!(sent[2].body.contains("t1") && !sent[2].body.contains("t0"));
+    }
+
+    #[test]
+    fn without_retry_a_bundle_miss_fails_only_that_row() {
+        let node = LlmNode::configure(
+            r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 4}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![answer(
+            r#"[{"id": "r0", "n": 0}, {"id": "r1", "n": 1}, {"id": "r1", "n": 2}]"#,
+        )]);
+        let out = node.process(&rows(3), &host);
+        assert_eq!(out_row(&out[0])["n"], 0);
+        assert!(
+            matches!(&out[1], Outcome::Failed { code, .. } if code == "bundle_answer_ambiguous")
+        );
+        assert!(matches!(&out[2], Outcome::Failed { code, .. } if code == "bundle_answer_missing"));
+    }
+
+    #[test]
+    fn a_batch_template_turns_the_batch_into_one_row() {
+        let node = LlmNode::configure(
+            r#"{"batch_template": "{% for r in rows %}{{ r.text }};{% endfor %}",
+                "outputs": {"summary": "string"}}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![answer(r#"{"summary": "all fine"}"#)]);
+        let out = node.process(&rows(3), &host);
+        assert_eq!(out_row(&out[0]), json!({"summary": "all fine"}));
+        assert_eq!(out[1], Outcome::Rows(vec![]));
+        assert!(host.sent.borrow()[0].body.contains("t0;t1;t2;"));
+        let failing = ScriptedHost::replying(vec![answer("no json")]);
+        let out = node.process(&rows(2), &failing);
+        assert!(
+            out.iter().all(
+                |o| matches!(o, Outcome::Failed { code, .. } if code == "response_unparsable")
+            )
+        );
+    }
+
+    #[test]
+    fn colliding_outputs_are_refused_at_configure() {
+        let err = LlmNode::configure(
+            r#"{"queries": {"a": {"template": "x", "outputs": {"label": "string"}},
+                            "b": {"template": "y", "outputs": {"label": "string"}}}}"#,
+        )
+        .err()
+        .unwrap();
+        assert!(err.contains("`label` comes from both `a` and `b`"), "{err}");
     }
 }

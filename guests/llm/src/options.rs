@@ -17,7 +17,9 @@ const ENDPOINT_SETTINGS: &[&str] = &[
 #[serde(deny_unknown_fields)]
 pub struct LlmOptions {
     /// Jinja template of the user message; sees the input row as `row`.
-    pub template: String,
+    /// Required unless `queries` or `batch_template` is given.
+    #[serde(default)]
+    pub template: Option<String>,
     #[serde(default)]
     pub system_prompt: Option<String>,
     /// Omitted from the request when absent (e.g. Azure deployments fix the model).
@@ -27,11 +29,115 @@ pub struct LlmOptions {
     pub temperature: Option<f64>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// Where a plain-text answer goes (when no `outputs` are declared).
     #[serde(default = "default_response_field")]
     pub response_field: String,
+    /// Parse the answer as JSON and take these fields from it.
+    #[serde(default)]
+    pub outputs: Option<Outputs>,
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    /// Template variables taken from row fields: `{name: field}`.
+    #[serde(default)]
+    pub inputs: Map<String, Value>,
+    /// Several questions per row, each with its own template and outputs.
+    #[serde(default)]
+    pub queries: Option<Map<String, Value>>,
+    /// Rows packed into one prompt (the node must be given batches).
+    #[serde(default = "one")]
+    pub bundle_size: usize,
+    /// Rows a bundle's answer did not cover are asked again one by one.
+    #[serde(default)]
+    pub bundle_retry_individually: bool,
+    /// One prompt for a whole batch (sees `rows`), one row out: for nodes
+    /// whose batch mode is `transform`.
+    #[serde(default)]
+    pub batch_template: Option<String>,
     /// Which granted endpoint to call.
     #[serde(default = "default_endpoint")]
     pub endpoint: String,
+}
+
+/// One query of a multi-query node, as written in the pipeline file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuerySpec {
+    template: String,
+    #[serde(default)]
+    system_prompt: Option<String>,
+    #[serde(default)]
+    inputs: Map<String, Value>,
+    outputs: Outputs,
+    #[serde(default)]
+    response_format: Option<ResponseFormat>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+}
+
+/// Output fields in declaration order, each with its type.
+pub type Outputs = Map<String, Value>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema,
+}
+
+/// The type of one output field.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    Enum(Vec<String>),
+}
+
+impl FieldType {
+    fn parse(field: &str, spec: &Value) -> Result<Self, String> {
+        match spec {
+            Value::String(name) => match name.as_str() {
+                "string" => Ok(Self::String),
+                "integer" => Ok(Self::Integer),
+                "number" => Ok(Self::Number),
+                "boolean" => Ok(Self::Boolean),
+                other => Err(format!(
+                    "output `{field}`: unknown type `{other}`, expected string, integer, number, \
+                     boolean or {{enum: [...]}}"
+                )),
+            },
+            Value::Object(map) => match map.get("enum").and_then(Value::as_array) {
+                Some(values) if !values.is_empty() && map.len() == 1 => values
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                    .map(Self::Enum)
+                    .ok_or_else(|| format!("output `{field}`: enum values must be strings")),
+                _ => Err(format!(
+                    "output `{field}`: expected a type name or {{enum: [value, ...]}}"
+                )),
+            },
+            _ => Err(format!(
+                "output `{field}`: expected a type name or {{enum: [value, ...]}}"
+            )),
+        }
+    }
+}
+
+/// A query after normalisation: the single-query form is one query named
+/// after its response field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Query {
+    pub name: String,
+    pub template: String,
+    pub system_prompt: Option<String>,
+    pub inputs: Vec<(String, String)>,
+    /// None: the answer is plain text, written to `response_field`.
+    pub outputs: Option<Vec<(String, FieldType)>>,
+    pub response_format: ResponseFormat,
+    pub max_tokens: Option<u32>,
 }
 
 fn default_response_field() -> String {
@@ -40,6 +146,10 @@ fn default_response_field() -> String {
 
 fn default_endpoint() -> String {
     "llm".to_string()
+}
+
+fn one() -> usize {
+    1
 }
 
 impl LlmOptions {
@@ -69,14 +179,159 @@ impl LlmOptions {
         if self.max_tokens == Some(0) {
             return Err("options.max_tokens must be at least 1".into());
         }
+        if self.bundle_size == 0 {
+            return Err("options.bundle_size must be at least 1".into());
+        }
+        let forms = [
+            self.template.is_some(),
+            self.queries.is_some(),
+            self.batch_template.is_some(),
+        ];
+        match forms.iter().filter(|f| **f).count() {
+            0 => {
+                return Err(
+                    "options: missing field `template` (or `queries`, or `batch_template`)".into(),
+                );
+            }
+            1 => {}
+            _ => {
+                return Err(
+                    "options: give one of `template`, `queries` and `batch_template`, not several"
+                        .into(),
+                );
+            }
+        }
+        if self.queries.is_some() && (self.outputs.is_some() || !self.inputs.is_empty()) {
+            return Err(
+                "options: with `queries`, put `outputs` and `inputs` inside each query".into(),
+            );
+        }
+        let queries = self.queries()?;
+        if self.bundle_size > 1 && queries.iter().any(|q| q.outputs.is_none()) {
+            return Err(
+                "options.bundle_size: bundled answers must be JSON; declare `outputs`".into(),
+            );
+        }
+        if self.bundle_size > 1 && self.batch_template.is_some() {
+            return Err("options: `bundle_size` and `batch_template` do not go together".into());
+        }
+        let mut seen: Vec<(String, &str)> = Vec::new();
+        for query in &queries {
+            for field in query_fields(query, &self.response_field) {
+                if let Some((_, other)) = seen.iter().find(|(f, _)| *f == field) {
+                    return Err(format!(
+                        "options.queries: output field `{field}` comes from both `{other}` and `{}`",
+                        query.name
+                    ));
+                }
+                seen.push((field, &query.name));
+            }
+        }
         Ok(())
+    }
+
+    /// Every query this node asks per row (one, unless `queries` is given).
+    pub fn queries(&self) -> Result<Vec<Query>, String> {
+        let Some(specs) = &self.queries else {
+            let template = self
+                .template
+                .clone()
+                .or_else(|| self.batch_template.clone())
+                .unwrap_or_default();
+            return Ok(vec![Query {
+                name: self.response_field.clone(),
+                template,
+                system_prompt: self.system_prompt.clone(),
+                inputs: inputs(&self.inputs, "options.inputs")?,
+                outputs: self
+                    .outputs
+                    .as_ref()
+                    .map(|o| outputs(o, "options.outputs"))
+                    .transpose()?,
+                response_format: self.format_for(self.response_format, self.outputs.is_some())?,
+                max_tokens: self.max_tokens,
+            }]);
+        };
+        if specs.is_empty() {
+            return Err("options.queries must name at least one query".into());
+        }
+        specs
+            .iter()
+            .map(|(name, spec)| {
+                let spec: QuerySpec = serde_json::from_value(spec.clone())
+                    .map_err(|e| format!("options.queries.{name}: {e}"))?;
+                let at = format!("options.queries.{name}");
+                Ok(Query {
+                    name: name.clone(),
+                    inputs: inputs(&spec.inputs, &format!("{at}.inputs"))?,
+                    outputs: Some(outputs(&spec.outputs, &format!("{at}.outputs"))?),
+                    response_format: self
+                        .format_for(spec.response_format.or(self.response_format), true)?,
+                    template: spec.template,
+                    system_prompt: spec.system_prompt.or_else(|| self.system_prompt.clone()),
+                    max_tokens: spec.max_tokens.or(self.max_tokens),
+                })
+            })
+            .collect()
+    }
+
+    fn format_for(
+        &self,
+        format: Option<ResponseFormat>,
+        has_outputs: bool,
+    ) -> Result<ResponseFormat, String> {
+        match format {
+            Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema) if !has_outputs => {
+                Err("options.response_format: a JSON response format needs `outputs` to map".into())
+            }
+            Some(f) => Ok(f),
+            None => Ok(ResponseFormat::Text),
+        }
     }
 
     /// The fields this node adds to every row, in the order they are written.
     pub fn output_fields(&self) -> Vec<String> {
-        let f = &self.response_field;
-        vec![f.clone(), format!("{f}_usage"), format!("{f}_model")]
+        self.queries()
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|q| query_fields(q, &self.response_field))
+            .collect()
     }
+}
+
+/// A plain-text query writes its answer, usage and model; a JSON one its outputs.
+pub fn query_fields(query: &Query, response_field: &str) -> Vec<String> {
+    match &query.outputs {
+        Some(outputs) => outputs.iter().map(|(f, _)| f.clone()).collect(),
+        None => vec![
+            response_field.to_string(),
+            format!("{response_field}_usage"),
+            format!("{response_field}_model"),
+        ],
+    }
+}
+
+fn inputs(map: &Map<String, Value>, at: &str) -> Result<Vec<(String, String)>, String> {
+    map.iter()
+        .map(|(name, field)| match field.as_str() {
+            Some(field) if name != "row" && name != "rows" => Ok((name.clone(), field.to_string())),
+            Some(_) => Err(format!("{at}.{name}: `row` and `rows` are reserved names")),
+            None => Err(format!("{at}.{name}: expected the name of a row field")),
+        })
+        .collect()
+}
+
+fn outputs(map: &Outputs, at: &str) -> Result<Vec<(String, FieldType)>, String> {
+    if map.is_empty() {
+        return Err(format!("{at} must declare at least one field"));
+    }
+    map.iter()
+        .map(|(field, spec)| {
+            FieldType::parse(field, spec)
+                .map(|t| (field.clone(), t))
+                .map_err(|e| format!("{at}: {e}"))
+        })
+        .collect()
 }
 
 fn reject_endpoint_settings(map: &Map<String, Value>) -> Result<(), String> {

@@ -33,12 +33,35 @@ impl Prompts {
         })
     }
 
-    /// Renders the user message and, if configured, the system message.
-    pub fn render(&self, row: &Map<String, Json>) -> Result<Rendered, String> {
-        let ctx = minijinja::context! { row => Value::from(minijinja::value::Serde(row)) };
-        let user = self.render_one(TEMPLATE_NAME, &ctx)?;
+    /// Renders the user message and, if configured, the system message, for
+    /// one row; `inputs` binds template variables to row fields.
+    pub fn render(
+        &self,
+        row: &Map<String, Json>,
+        inputs: &[(String, String)],
+    ) -> Result<Rendered, String> {
+        let mut ctx = std::collections::BTreeMap::new();
+        for (name, field) in inputs {
+            let value = row.get(field).ok_or_else(|| {
+                format!("input `{name}` is the row field `{field}`, which this row lacks")
+            })?;
+            ctx.insert(name.clone(), Value::from(minijinja::value::Serde(value)));
+        }
+        ctx.insert("row".to_string(), Value::from(minijinja::value::Serde(row)));
+        self.render_context(&Value::from(ctx))
+    }
+
+    /// Renders once for a whole batch: the templates see the rows as `rows`.
+    pub fn render_batch(&self, rows: &[Map<String, Json>]) -> Result<Rendered, String> {
+        self.render_context(
+            &minijinja::context! { rows => Value::from(minijinja::value::Serde(rows)) },
+        )
+    }
+
+    fn render_context(&self, ctx: &Value) -> Result<Rendered, String> {
+        let user = self.render_one(TEMPLATE_NAME, ctx)?;
         let system = if self.has_system {
-            Some(self.render_one(SYSTEM_NAME, &ctx)?)
+            Some(self.render_one(SYSTEM_NAME, ctx)?)
         } else {
             None
         };
@@ -87,15 +110,32 @@ mod tests {
             Some("Be brief about {{ row.id }}"),
         )
         .unwrap();
-        let r = p.render(&row(json!({"id": "7", "text": "great"}))).unwrap();
+        let r = p
+            .render(&row(json!({"id": "7", "text": "great"})), &[])
+            .unwrap();
         assert_eq!(r.user, "Review: great");
         assert_eq!(r.system.as_deref(), Some("Be brief about 7"));
     }
 
     #[test]
+    fn inputs_bind_variables_to_row_fields_and_batches_see_rows() {
+        let p = Prompts::compile("{{ body }} / {{ row.id }}", None).unwrap();
+        let inputs = vec![("body".to_string(), "text".to_string())];
+        let r = p
+            .render(&row(json!({"id": "7", "text": "great"})), &inputs)
+            .unwrap();
+        assert_eq!(r.user, "great / 7");
+        let err = p.render(&row(json!({"id": "7"})), &inputs).unwrap_err();
+        assert!(err.contains("row field `text`"), "{err}");
+        let p = Prompts::compile("{% for r in rows %}{{ r.id }},{% endfor %}", None).unwrap();
+        let rows = vec![row(json!({"id": 1})), row(json!({"id": 2}))];
+        assert_eq!(p.render_batch(&rows).unwrap().user, "1,2,");
+    }
+
+    #[test]
     fn missing_field_fails_the_render() {
         let p = Prompts::compile("{{ row.missing }}", None).unwrap();
-        let err = p.render(&row(json!({"text": "x"}))).unwrap_err();
+        let err = p.render(&row(json!({"text": "x"})), &[]).unwrap_err();
         assert!(err.contains("undefined"), "{err}");
         assert!(err.contains("row.missing"), "{err}");
     }
@@ -117,7 +157,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let err = p.render(&row(json!({}))).unwrap_err();
+        let err = p.render(&row(json!({})), &[]).unwrap_err();
         assert!(err.contains("fuel"), "{err}");
     }
 }

@@ -5,7 +5,9 @@ mod interpolate;
 mod locate;
 pub mod model;
 
-pub use model::{EndpointKind, EndpointSpec, Format, PipelineSpec};
+pub use model::{BatchMode, EndpointKind, EndpointSpec, Format, PipelineSpec};
+
+use model::OnErrorSpec;
 
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{BTreeMap, HashSet};
@@ -49,6 +51,26 @@ pub struct NodeConfig {
     pub grants: Vec<(String, String)>,
     pub concurrency: usize,
     pub row_deadline: Option<std::time::Duration>,
+    pub batch: Option<Batch>,
+    pub on_error: OnError,
+}
+
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub count: usize,
+    pub timeout: Option<std::time::Duration>,
+    pub mode: BatchMode,
+}
+
+/// What becomes of a row that fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Counted, reported and audited as failed (the run exits with status 2).
+    Fail,
+    /// Dropped on purpose: audited as discarded.
+    Discard,
+    /// Written with its error to `Pipeline::error_sinks[i]`: audited as quarantined.
+    Quarantine(usize),
 }
 
 #[derive(Debug)]
@@ -64,6 +86,10 @@ pub struct Pipeline {
     pub endpoints: BTreeMap<String, EndpointSpec>,
     pub nodes: Vec<NodeConfig>,
     pub sinks: Vec<DataFile>,
+    /// Sinks for failed rows, shared by the nodes that name the same path.
+    pub error_sinks: Vec<DataFile>,
+    /// For rows the source cannot read.
+    pub source_on_error: OnError,
     pub audit_path: PathBuf,
 }
 
@@ -122,7 +148,12 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
     for (name, endpoint) in &spec.endpoints {
         check_endpoint(&file, name, endpoint)?;
     }
-    let nodes = resolve_nodes(&file, &spec)?;
+    let mut error_sinks = Vec::new();
+    let source_on_error = match &spec.on_error {
+        Some(on_error) => on_error_of(&file, &["on_error"], on_error, &mut error_sinks)?,
+        None => OnError::Fail,
+    };
+    let nodes = resolve_nodes(&file, &spec, source_on_error, &mut error_sinks)?;
     if spec.sinks.is_empty() {
         return Err(file.error_at(
             &["sinks"],
@@ -145,17 +176,85 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
             .unwrap_or(Path::new("."))
             .join(AUDIT_FILE_NAME),
     };
+    if let Some(clash) = error_sinks
+        .iter()
+        .find(|e| sinks.iter().any(|s| s.path == e.path))
+    {
+        return Err(file.error_at(
+            &["on_error"],
+            format!(
+                "{} is both a sink and an on_error sink; failed rows need a file of their own",
+                clash.path.display()
+            ),
+        ));
+    }
     Ok(Pipeline {
         source,
         endpoints: spec.endpoints,
         nodes,
         sinks,
+        error_sinks,
+        source_on_error,
         audit_path,
         file,
     })
 }
 
-fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeConfig>> {
+/// `discard`, or a sink for failed rows (the same path twice is one sink).
+fn on_error_of(
+    file: &PipelineFile,
+    key: &[&str],
+    spec: &OnErrorSpec,
+    error_sinks: &mut Vec<DataFile>,
+) -> Result<OnError> {
+    match spec {
+        OnErrorSpec::Keyword(word) if word == "discard" => Ok(OnError::Discard),
+        OnErrorSpec::Keyword(word) => Err(file.error_at(
+            key,
+            format!(
+                "on_error: expected `discard` or a sink like `{{path: failed.csv}}`, got `{word}`"
+            ),
+        )),
+        OnErrorSpec::Sink(sink) => {
+            let path = file.dir().join(&sink.path);
+            let format = format_of(file, key, &sink.path, sink.format)?;
+            if let Some(at) = error_sinks.iter().position(|e| e.path == path) {
+                return Ok(OnError::Quarantine(at));
+            }
+            error_sinks.push(DataFile { path, format });
+            Ok(OnError::Quarantine(error_sinks.len() - 1))
+        }
+    }
+}
+
+fn batch_of(file: &PipelineFile, key: &str, spec: &model::BatchSpec) -> Result<Batch> {
+    let at = |field: &str, msg: &str| file.error_at(&["transforms", key, "batch", field], msg);
+    if spec.count == 0 {
+        return Err(at("count", "batch.count must be at least 1"));
+    }
+    let timeout = match spec.timeout_seconds {
+        Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
+        Some(_) => {
+            return Err(at(
+                "timeout_seconds",
+                "batch.timeout_seconds must be a positive number of seconds",
+            ));
+        }
+        None => None,
+    };
+    Ok(Batch {
+        count: spec.count,
+        timeout,
+        mode: spec.mode,
+    })
+}
+
+fn resolve_nodes(
+    file: &PipelineFile,
+    spec: &PipelineSpec,
+    default_on_error: OnError,
+    error_sinks: &mut Vec<DataFile>,
+) -> Result<Vec<NodeConfig>> {
     let mut names = HashSet::new();
     let mut nodes = Vec::new();
     for (index, t) in spec.transforms.iter().enumerate() {
@@ -237,6 +336,20 @@ fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeCon
             }
             None => None,
         };
+        let batch = t
+            .batch
+            .as_ref()
+            .map(|b| batch_of(file, &key, b))
+            .transpose()?;
+        let on_error = match &t.on_error {
+            Some(on_error) => on_error_of(
+                file,
+                &["transforms", &key, "on_error"],
+                on_error,
+                error_sinks,
+            )?,
+            None => default_on_error,
+        };
         nodes.push(NodeConfig {
             index,
             name: t.name.clone(),
@@ -245,6 +358,8 @@ fn resolve_nodes(file: &PipelineFile, spec: &PipelineSpec) -> Result<Vec<NodeCon
             grants,
             concurrency,
             row_deadline,
+            batch,
+            on_error,
         });
     }
     Ok(nodes)
@@ -329,7 +444,8 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
 
 fn existing_file(file: &PipelineFile, key: &[&str], relative: &str, what: &str) -> Result<PathBuf> {
     let path = file.dir().join(relative);
-    if !path.is_file() {
+    // Anything readable but a folder: a named pipe can feed a pipeline too.
+    if !path.exists() || path.is_dir() {
         return Err(file.error_at(
             key,
             format!(

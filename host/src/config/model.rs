@@ -15,6 +15,10 @@ pub struct PipelineSpec {
     pub sinks: Vec<SinkSpec>,
     #[serde(default)]
     pub audit: AuditSpec,
+    /// Where failed rows go unless their node says otherwise: `discard`, or a
+    /// sink. Without it they are counted, reported and audited as failed.
+    #[serde(default)]
+    pub on_error: Option<OnErrorSpec>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -34,7 +38,7 @@ pub struct SourceSpec {
     pub format: Option<Format>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkSpec {
     pub path: String,
@@ -161,6 +165,45 @@ pub struct TransformSpec {
     /// then its pending calls fail with `deadline-exceeded`.
     #[serde(default)]
     pub row_deadline_seconds: Option<f64>,
+    /// Hand the component rows in batches rather than one at a time.
+    #[serde(default)]
+    pub batch: Option<BatchSpec>,
+    /// Where rows that fail in this node go (the pipeline's `on_error` when absent).
+    #[serde(default)]
+    pub on_error: Option<OnErrorSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSpec {
+    /// Rows per batch at most.
+    pub count: usize,
+    /// A partial batch goes this long after its first row arrived, even while
+    /// the source is idle. Without it, a batch waits until it is full or the
+    /// source ends.
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    #[serde(default)]
+    pub mode: BatchMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchMode {
+    /// N rows in, N rows out, each with its own outcome.
+    #[default]
+    Passthrough,
+    /// N rows in, whatever the component makes of them out (a summary, say);
+    /// the members end as consumed by the batch.
+    Transform,
+}
+
+/// `discard`, or a sink (`{path: failed.csv}`) for failed rows with their error.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OnErrorSpec {
+    Keyword(String),
+    Sink(SinkSpec),
 }
 
 #[derive(Debug, Deserialize, Default)]

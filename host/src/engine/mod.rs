@@ -1,14 +1,16 @@
 //! The pipeline engine: streams source rows through the nodes, many rows in
 //! flight per node, and writes results to the sinks in source order.
 
+mod columns;
 mod progress;
+mod quarantine;
 mod report;
 mod setup;
 mod stage;
 
 pub use report::{EndpointReport, RunReport};
 
-use crate::config::{Format, Pipeline};
+use crate::config::{Format, OnError, Pipeline};
 use crate::hashing;
 use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, OutcomeRecord, Record, RowRecord, RunEnd};
@@ -29,8 +31,9 @@ pub struct RunOptions {
 /// Checks everything that can be checked without calling an endpoint: the
 /// pipeline file, the source header, every component and its options.
 pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>> {
-    io::open_source(&pipeline.source)?;
+    let source = io::open_source(&pipeline.source)?;
     let prepared = setup::prepare(pipeline, None).await?;
+    columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
     Ok(prepared
         .nodes
         .iter()
@@ -50,16 +53,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     )?);
     let prepared = setup::prepare(&pipeline, Some(&audit)).await?;
     let source = io::open_source(&pipeline.source)?;
-    let columns = source.columns.clone().map(|mut columns| {
-        for node in &prepared.nodes {
-            for field in node.runtime.output_fields() {
-                if !columns.contains(field) {
-                    columns.push(field.clone());
-                }
-            }
-        }
-        columns
-    });
+    let columns = columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
     let mut sinks = Vec::new();
     for sink in &pipeline.sinks {
         let cols = match sink.format {
@@ -68,6 +62,27 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         };
         sinks.push(io::open_sink(sink, cols)?);
     }
+    let mut error_sinks = Vec::new();
+    for sink in &pipeline.error_sinks {
+        let cols = match sink.format {
+            Format::Csv => columns.clone().map(|mut columns| {
+                columns.extend(quarantine::FIELDS.iter().map(|f| f.to_string()));
+                columns
+            }),
+            Format::Jsonl => None,
+        };
+        error_sinks.push(io::open_sink(sink, cols)?);
+    }
+    let mut outputs = Outputs {
+        sinks,
+        error_sinks,
+        error_sink_paths: pipeline
+            .error_sinks
+            .iter()
+            .map(|s| s.path.display().to_string())
+            .collect(),
+        source_on_error: pipeline.source_on_error,
+    };
     let progress = progress::Progress::start(&pipeline.source, options.show_progress);
 
     let mut report = RunReport {
@@ -77,15 +92,24 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         ..RunReport::default()
     };
     let flows = flow_through_nodes(read_source(source, Arc::clone(&audit)), &prepared, &audit);
-    let written = drain(flows, &prepared, &audit, &mut sinks, &mut report, &progress).await;
+    let written = drain(
+        flows,
+        &prepared,
+        &audit,
+        &mut outputs,
+        &mut report,
+        &progress,
+    )
+    .await;
     progress.finish();
+    let all_sinks = outputs.sinks.into_iter().chain(outputs.error_sinks);
     if let Err(e) = written {
-        for sink in sinks {
+        for sink in all_sinks {
             sink.abandon();
         }
         return Err(e);
     }
-    for sink in sinks {
+    for sink in all_sinks {
         sink.finish()?;
     }
 
@@ -111,6 +135,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         rows_total: report.rows_total,
         rows_completed: report.rows_completed,
         rows_failed: report.rows_failed,
+        outcomes_json: serde_json::to_string(&report.outcome_counts())?,
         summary_json: serde_json::to_string(&report.endpoints)?,
     })?;
     Ok(report)
@@ -137,13 +162,17 @@ fn read_source(source: io::SourceReader, audit: Arc<AuditLog>) -> BoxStream<'sta
                 source_line: source_row.line,
                 content_sha256,
             }));
-            Flow {
-                index: source_row.index,
-                state: source_row
+            Flow::single(
+                source_row.index,
+                source_row
                     .row
                     .map(|row| vec![row])
-                    .map_err(|error| Failure { node: None, error }),
-            }
+                    .map_err(|error| Failure {
+                        node: None,
+                        error,
+                        input: Vec::new(),
+                    }),
+            )
         })
         .boxed()
 }
@@ -159,63 +188,126 @@ fn flow_through_nodes(
         let node = Arc::clone(node);
         let audit = Arc::clone(audit);
         let concurrency = node.concurrency;
-        flows = flows
-            .map(move |flow| Arc::clone(&node).process(flow, Some(Arc::clone(&audit))))
-            .buffered(concurrency)
-            .boxed();
+        flows = match node.batch.clone() {
+            None => flows
+                .map(move |flow| Arc::clone(&node).process(flow, Some(Arc::clone(&audit))))
+                .buffered(concurrency)
+                .boxed(),
+            Some(batch) => {
+                let batches = match batch.timeout {
+                    // Fires after the timeout even while the source is idle.
+                    Some(timeout) => {
+                        tokio_stream::StreamExt::chunks_timeout(flows, batch.count, timeout).boxed()
+                    }
+                    None => flows.chunks(batch.count).boxed(),
+                };
+                batches
+                    .map(move |flows| {
+                        Arc::clone(&node).process_batch(flows, Some(Arc::clone(&audit)))
+                    })
+                    .buffered((concurrency / batch.count).max(1))
+                    .flat_map(stream::iter)
+                    .boxed()
+            }
+        };
     }
     flows
 }
 
-/// Writes every finished row and records its one terminal outcome.
+/// Where finished rows go: the sinks, and the `on_error` sinks.
+struct Outputs {
+    sinks: Vec<Box<dyn io::RowSink>>,
+    error_sinks: Vec<Box<dyn io::RowSink>>,
+    error_sink_paths: Vec<String>,
+    source_on_error: OnError,
+}
+
+/// Writes every finished flow and records one terminal outcome for each of
+/// its source rows.
 async fn drain(
     mut flows: BoxStream<'static, Flow>,
     prepared: &Prepared,
     audit: &AuditLog,
-    sinks: &mut [Box<dyn io::RowSink>],
+    outputs: &mut Outputs,
     report: &mut RunReport,
     progress: &progress::Progress,
 ) -> Result<()> {
     while let Some(flow) = flows.next().await {
-        report.rows_total += 1;
-        let outcome = match flow.state {
+        report.rows_total += flow.members.len() as u64;
+        match flow.state {
             Ok(rows) => {
                 for row in &rows {
-                    for sink in sinks.iter_mut() {
+                    for sink in outputs.sinks.iter_mut() {
                         sink.write(row).context("writing a sink")?;
                     }
                 }
-                report.rows_completed += 1;
                 report.rows_written += rows.len() as u64;
-                OutcomeRecord {
-                    row_index: flow.index,
-                    outcome: "completed",
-                    node_id: None,
-                    error_code: None,
-                    error_message: None,
-                    rows_written: rows.len() as u64,
+                let consumed = flow.batch.is_some();
+                for (k, &row_index) in flow.members.iter().enumerate() {
+                    let outcome = if consumed {
+                        report.rows_consumed += 1;
+                        "consumed_in_batch"
+                    } else {
+                        report.rows_completed += 1;
+                        "completed"
+                    };
+                    audit.record(Record::Outcome(OutcomeRecord {
+                        row_index,
+                        outcome,
+                        node_id: None,
+                        error_code: None,
+                        error_message: None,
+                        // A batch's output is counted once, on its first member.
+                        rows_written: if k == 0 { rows.len() as u64 } else { 0 },
+                        batch_id: flow.batch,
+                        error_sink: None,
+                    }));
                 }
             }
             Err(failure) => {
-                report.rows_failed += 1;
-                let node_name = failure.node.map(|i| prepared.nodes[i].name.clone());
-                report.record_failure(
-                    &failure.error.code,
-                    flow.index,
-                    node_name,
-                    &failure.error.message,
-                );
-                OutcomeRecord {
-                    row_index: flow.index,
-                    outcome: "failed",
-                    node_id: failure.node,
-                    error_code: Some(failure.error.code),
-                    error_message: Some(failure.error.message),
-                    rows_written: 0,
+                let node = failure.node.map(|i| &prepared.nodes[i]);
+                let on_error = node.map_or(outputs.source_on_error, |n| n.on_error);
+                let node_name = node.map(|n| n.name.clone());
+                let (outcome, error_sink) = match on_error {
+                    OnError::Fail => {
+                        report.rows_failed += flow.members.len() as u64;
+                        ("failed", None)
+                    }
+                    OnError::Discard => {
+                        report.rows_discarded += flow.members.len() as u64;
+                        ("discarded", None)
+                    }
+                    OnError::Quarantine(i) => {
+                        let rows = quarantine::rows(&failure, &flow.members, node_name.as_deref());
+                        for row in &rows {
+                            outputs.error_sinks[i]
+                                .write(row)
+                                .context("writing an on_error sink")?;
+                        }
+                        report.rows_quarantined += flow.members.len() as u64;
+                        ("quarantined", Some(outputs.error_sink_paths[i].clone()))
+                    }
+                };
+                for &row_index in &flow.members {
+                    report.record_failure(
+                        &failure.error.code,
+                        row_index,
+                        node_name.clone(),
+                        &failure.error.message,
+                    );
+                    audit.record(Record::Outcome(OutcomeRecord {
+                        row_index,
+                        outcome,
+                        node_id: failure.node,
+                        error_code: Some(failure.error.code.clone()),
+                        error_message: Some(failure.error.message.clone()),
+                        rows_written: 0,
+                        batch_id: flow.batch,
+                        error_sink: error_sink.clone(),
+                    }));
                 }
             }
-        };
-        audit.record(Record::Outcome(outcome));
+        }
         progress.row_done(report.rows_failed);
     }
     Ok(())

@@ -22,7 +22,9 @@ impl Progress {
             )
             .expect("valid progress template"),
         );
-        if !bar.is_hidden() {
+        // Counting reads the file a second time: not possible for a pipe.
+        let regular_file = source.path.metadata().is_ok_and(|m| m.is_file());
+        if !bar.is_hidden() && regular_file {
             let counter = bar.clone();
             let path = source.path.clone();
             let format = source.format;

@@ -13,6 +13,10 @@ pub struct RunReport {
     pub rows_total: u64,
     pub rows_completed: u64,
     pub rows_failed: u64,
+    pub rows_quarantined: u64,
+    pub rows_discarded: u64,
+    /// Rows a `transform` batch consumed into its output.
+    pub rows_consumed: u64,
     pub rows_written: u64,
     /// By error code: how many rows, and the first one's index and message.
     pub failures: BTreeMap<String, FailureGroup>,
@@ -52,6 +56,17 @@ impl RunReport {
         group.count += 1;
     }
 
+    /// Rows per terminal outcome; every source row is in exactly one.
+    pub fn outcome_counts(&self) -> BTreeMap<&'static str, u64> {
+        BTreeMap::from([
+            ("completed", self.rows_completed),
+            ("failed", self.rows_failed),
+            ("quarantined", self.rows_quarantined),
+            ("discarded", self.rows_discarded),
+            ("consumed_in_batch", self.rows_consumed),
+        ])
+    }
+
     pub fn calls(&self) -> u64 {
         self.endpoints.iter().map(|e| e.stats.attempts).sum()
     }
@@ -77,10 +92,20 @@ impl RunReport {
             "run {} finished in {:.1} s ({rate:.1} rows/s)",
             self.run_id, secs
         );
+        let mut ends = format!("{} ok, {} failed", self.rows_completed, self.rows_failed);
+        for (count, what) in [
+            (self.rows_quarantined, "quarantined"),
+            (self.rows_discarded, "discarded"),
+            (self.rows_consumed, "consumed in batches"),
+        ] {
+            if count > 0 {
+                let _ = write!(ends, ", {count} {what}");
+            }
+        }
         let _ = writeln!(
             s,
-            "  rows     {} read: {} ok, {} failed; {} written",
-            self.rows_total, self.rows_completed, self.rows_failed, self.rows_written
+            "  rows     {} read: {ends}; {} written",
+            self.rows_total, self.rows_written
         );
         let (prompt, completion) = self.endpoints.iter().fold((0, 0), |(p, c), e| {
             (p + e.stats.prompt_tokens, c + e.stats.completion_tokens)

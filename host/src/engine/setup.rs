@@ -1,6 +1,7 @@
 //! Turns a checked pipeline into running parts: the executor, and for each
 //! node its compiled component and a configured instance pool.
 
+use crate::config::{Batch, OnError};
 use crate::config::{ComponentRef, NodeConfig, Pipeline};
 use crate::hashing;
 use crate::runtime::bindings::WIT_VERSION;
@@ -15,6 +16,8 @@ pub struct Node {
     pub name: String,
     pub concurrency: usize,
     pub row_deadline: Option<std::time::Duration>,
+    pub batch: Option<Batch>,
+    pub on_error: OnError,
     pub runtime: NodeRuntime,
 }
 
@@ -150,6 +153,8 @@ async fn prepare_node(
         name: config.name.clone(),
         concurrency: config.concurrency,
         row_deadline: config.row_deadline,
+        batch: config.batch.clone(),
+        on_error: config.on_error,
         runtime: node_runtime,
     })
 }

@@ -2,81 +2,227 @@
 //! and record the node state.
 
 use super::setup::Node;
+use crate::config::BatchMode;
 use crate::hashing;
 use crate::runtime::RowScope;
 use crate::runtime::bindings::Outcome;
-use crate::services::audit::{AuditLog, NodeStateRecord, Record, now_ms};
+use crate::services::audit::{AuditLog, BatchRecord, NodeStateRecord, Record, now_ms};
 use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// A source row on its way through the nodes.
+/// A source row (or a batch of them) on its way through the nodes.
 pub struct Flow {
-    pub index: u64,
+    /// The source rows it stands for: one, unless a `transform` batch merged
+    /// several into it.
+    pub members: Vec<u64>,
+    /// The `transform` batch that made it.
+    pub batch: Option<u64>,
     /// The rows it has become so far (usually one), or why it failed.
     pub state: Result<Vec<Row>, Failure>,
+}
+
+impl Flow {
+    pub fn single(index: u64, state: Result<Vec<Row>, Failure>) -> Self {
+        Self {
+            members: vec![index],
+            batch: None,
+            state,
+        }
+    }
 }
 
 pub struct Failure {
     /// The node where it failed; None for a row the source could not read.
     pub node: Option<usize>,
     pub error: RowError,
+    /// The rows as they entered the failing node, for an `on_error` sink.
+    pub input: Vec<Row>,
 }
 
 impl Node {
-    pub async fn process(self: Arc<Self>, mut flow: Flow, audit: Option<Arc<AuditLog>>) -> Flow {
-        let rows = match flow.state {
-            Ok(rows) => rows,
-            Err(_) => return flow,
-        };
-        let started = Instant::now();
-        let started_at_ms = now_ms();
-        let state_id = audit.as_ref().map_or(0, |a| a.new_state_id());
-        let input_sha256 = audit.as_ref().map(|_| hashing::canonical_sha256(&rows));
-        let result = self.run_guest(&rows, state_id).await;
-        if let (Some(audit), Some(input_sha256)) = (&audit, input_sha256) {
-            let (status, output_sha256, error) = match &result {
-                Ok(out) => ("completed", Some(hashing::canonical_sha256(out)), None),
-                Err(e) => ("failed", None, Some(e)),
-            };
-            audit.record(Record::NodeState(NodeStateRecord {
-                state_id,
-                row_index: flow.index,
-                node_id: self.index,
-                attempt: 1,
-                status,
-                input_sha256,
-                output_sha256,
-                error_code: error.map(|e| e.code.clone()),
-                error_message: error.map(|e| e.message.clone()),
-                started_at_ms,
-                duration_ms: started.elapsed().as_millis() as u64,
-            }));
-        }
-        flow.state = result.map_err(|error| Failure {
-            node: Some(self.index),
-            error,
-        });
-        flow
+    pub async fn process(self: Arc<Self>, flow: Flow, audit: Option<Arc<AuditLog>>) -> Flow {
+        let mut out = self.process_batch(vec![flow], audit).await;
+        out.pop().expect("one flow in, one out")
     }
 
-    async fn run_guest(&self, rows: &[Row], state_id: u64) -> Result<Vec<Row>, RowError> {
+    /// Runs the guest once over every row of `flows` that is still alive;
+    /// failed flows pass through untouched. In `transform` mode the live
+    /// flows that succeed leave as one flow of the batch's output.
+    pub async fn process_batch(
+        self: Arc<Self>,
+        flows: Vec<Flow>,
+        audit: Option<Arc<AuditLog>>,
+    ) -> Vec<Flow> {
+        let live: Vec<usize> = (0..flows.len())
+            .filter(|&i| flows[i].state.is_ok())
+            .collect();
+        if live.is_empty() {
+            return flows;
+        }
+        let started = Instant::now();
+        let started_at_ms = now_ms();
+        let state_ids: Vec<u64> = live
+            .iter()
+            .map(|_| audit.as_ref().map_or(0, |a| a.new_state_id()))
+            .collect();
+        let batch_id = match (&self.batch, &audit) {
+            (Some(batch), Some(audit)) => {
+                let id = audit.new_batch_id();
+                audit.record(Record::Batch(BatchRecord {
+                    batch_id: id,
+                    node_id: self.index,
+                    mode: match batch.mode {
+                        BatchMode::Passthrough => "passthrough",
+                        BatchMode::Transform => "transform",
+                    },
+                    members: live
+                        .iter()
+                        .flat_map(|&i| flows[i].members.iter().copied())
+                        .collect(),
+                }));
+                Some(id)
+            }
+            _ => None,
+        };
+        let mut rows = Vec::new();
+        let mut scopes = Vec::new();
+        let mut spans = Vec::new();
+        let deadline = self.row_deadline.map(|d| Instant::now() + d);
+        for (k, &i) in live.iter().enumerate() {
+            let Ok(flow_rows) = &flows[i].state else {
+                unreachable!("only live flows")
+            };
+            spans.push(rows.len()..rows.len() + flow_rows.len());
+            scopes.extend(
+                flow_rows
+                    .iter()
+                    .map(|_| RowScope::new(state_ids[k], deadline)),
+            );
+            rows.extend(flow_rows.iter().cloned());
+        }
+        let outcomes = self.run_guest(&rows, scopes).await;
+        let results: Vec<Result<Vec<Row>, RowError>> = spans
+            .iter()
+            .map(|span| match &outcomes {
+                Ok(outcomes) => collect(&outcomes[span.clone()]),
+                Err(e) => Err(e.clone()),
+            })
+            .collect();
+
+        let mut flows: Vec<Option<Flow>> = flows.into_iter().map(Some).collect();
+        let transform = self
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.mode == BatchMode::Transform);
+        let mut merged: Option<(usize, Flow)> = None;
+        for (k, (&i, result)) in live.iter().zip(results).enumerate() {
+            let flow = flows[i].as_mut().expect("each flow once");
+            let input = std::mem::replace(&mut flow.state, Ok(Vec::new())).unwrap_or_default();
+            if let Some(audit) = &audit {
+                audit.record(Record::NodeState(self.state_record(
+                    state_ids[k],
+                    flow,
+                    &input,
+                    &result,
+                    batch_id,
+                    started_at_ms,
+                    started,
+                )));
+            }
+            match result {
+                Ok(out) if transform => {
+                    let taken = flows[i].take().expect("each flow once");
+                    let (_, into) = merged.get_or_insert_with(|| {
+                        (
+                            i,
+                            Flow {
+                                members: Vec::new(),
+                                batch: batch_id,
+                                state: Ok(Vec::new()),
+                            },
+                        )
+                    });
+                    into.members.extend(taken.members);
+                    if let Ok(rows) = &mut into.state {
+                        rows.extend(out);
+                    }
+                }
+                Ok(out) => flow.state = Ok(out),
+                Err(error) => {
+                    flow.state = Err(Failure {
+                        node: Some(self.index),
+                        error,
+                        input,
+                    })
+                }
+            }
+        }
+        if let Some((at, flow)) = merged {
+            flows[at] = Some(flow);
+        }
+        flows.into_iter().flatten().collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn state_record(
+        &self,
+        state_id: u64,
+        flow: &Flow,
+        input: &[Row],
+        result: &Result<Vec<Row>, RowError>,
+        batch_id: Option<u64>,
+        started_at_ms: i64,
+        started: Instant,
+    ) -> NodeStateRecord {
+        let (status, output_sha256, error) = match result {
+            Ok(out) => ("completed", Some(hashing::canonical_sha256(out)), None),
+            Err(e) => ("failed", None, Some(e)),
+        };
+        NodeStateRecord {
+            state_id,
+            row_index: flow.members[0],
+            node_id: self.index,
+            attempt: 1,
+            status,
+            input_sha256: hashing::canonical_sha256(&input),
+            output_sha256,
+            error_code: error.map(|e| e.code.clone()),
+            error_message: error.map(|e| e.message.clone()),
+            batch_id,
+            started_at_ms,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// One outcome per row, or an error for them all (the guest trapped).
+    async fn run_guest(
+        &self,
+        rows: &[Row],
+        scopes: Vec<RowScope>,
+    ) -> Result<Vec<Outcome>, RowError> {
         let input: Vec<String> = rows
             .iter()
             .map(|r| serde_json::to_string(r).expect("a JSON object always serializes"))
             .collect();
-        let deadline = self.row_deadline.map(|d| Instant::now() + d);
-        let scope = vec![RowScope::new(state_id, deadline); rows.len()];
         let mut instance = self
             .runtime
             .checkout()
             .await
             .map_err(|e| RowError::new("guest_unavailable", format!("{e:#}")))?;
-        match instance.process(&input, scope).await {
-            Ok(outcomes) => {
+        match instance.process(&input, scopes).await {
+            Ok(outcomes) if outcomes.len() == rows.len() => {
                 self.runtime.checkin(instance);
-                collect(outcomes, rows.len())
+                Ok(outcomes)
             }
+            Ok(outcomes) => Err(RowError::new(
+                "guest_contract_violation",
+                format!(
+                    "the component returned {} outcomes for {} rows",
+                    outcomes.len(),
+                    rows.len()
+                ),
+            )),
             // The instance is dropped: after a trap its state cannot be trusted.
             Err(trap) => Err(RowError::new(
                 "guest_trap",
@@ -87,23 +233,14 @@ impl Node {
 }
 
 /// All of a source row's outputs, or its first error: a row is never half done.
-fn collect(outcomes: Vec<Outcome>, expected: usize) -> Result<Vec<Row>, RowError> {
-    if outcomes.len() != expected {
-        return Err(RowError::new(
-            "guest_contract_violation",
-            format!(
-                "the component returned {} outcomes for {expected} rows",
-                outcomes.len()
-            ),
-        ));
-    }
-    let mut out = Vec::with_capacity(expected);
+fn collect(outcomes: &[Outcome]) -> Result<Vec<Row>, RowError> {
+    let mut out = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
         match outcome {
-            Outcome::Failed(e) => return Err(RowError::new(e.code, e.message)),
+            Outcome::Failed(e) => return Err(RowError::new(e.code.clone(), e.message.clone())),
             Outcome::Rows(texts) => {
                 for text in texts {
-                    match serde_json::from_str::<serde_json::Value>(&text) {
+                    match serde_json::from_str::<serde_json::Value>(text) {
                         Ok(serde_json::Value::Object(row)) => out.push(row),
                         _ => {
                             return Err(RowError::new(

@@ -3,6 +3,8 @@
 //! from the prompt so that a test can check every row got its own answer;
 //! latency, a concurrency capacity and injected errors are scripted.
 
+pub mod structured;
+
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -22,6 +24,9 @@ pub enum Reply {
     Echo,
     /// positive / negative / neutral by keywords: a stand-in for demos.
     Sentiment,
+    /// JSON following the request's `json_schema`, each value derived from
+    /// the prompt (see `structured`), bundles answered entry by entry.
+    Structured,
 }
 
 /// A way to answer badly.
@@ -65,6 +70,15 @@ pub struct Script {
     pub retry_after_seconds: Option<f64>,
     /// When set, requests without `Authorization: Bearer <key>` get 401.
     pub require_key: Option<String>,
+    /// Structured answers: the share of bundle entries (0 to 1) dropped,
+    /// duplicated, or sent under an id nobody was given, chosen by hash.
+    pub bundle_fault_rate: f64,
+    /// Structured answers: the share of answers with a field of the wrong type.
+    pub invalid_rate: f64,
+    /// Structured answers come wrapped in prose and a ```json fence.
+    pub decorate: bool,
+    /// Requests whose prompt contains this text get 400 `invalid_request`.
+    pub reject_marker: Option<String>,
 }
 
 impl Default for Script {
@@ -82,6 +96,10 @@ impl Default for Script {
             fail_every: None,
             retry_after_seconds: Some(0.0),
             require_key: None,
+            bundle_fault_rate: 0.0,
+            invalid_rate: 0.0,
+            decorate: false,
+            reject_marker: None,
         }
     }
 }
@@ -181,7 +199,8 @@ impl Drop for TestLlmServer {
 /// The answer the server gives to `message` under `reply`.
 pub fn expected_answer(reply: Reply, message: &str) -> String {
     match reply {
-        Reply::Echo => format!("echo: {message}"),
+        // A structured server asked for plain text echoes too.
+        Reply::Echo | Reply::Structured => format!("echo: {message}"),
         Reply::Sentiment => {
             let lower = message.to_lowercase();
             let score = |words: &[&str]| words.iter().filter(|w| lower.contains(*w)).count();
@@ -280,7 +299,7 @@ fn capacity_now(script: &Script, since_start: Duration) -> Option<usize> {
 }
 
 /// A well-mixed hash of the sequence number (splitmix64), for repeatable faults.
-fn mix(sequence: u64) -> u64 {
+pub(crate) fn mix(sequence: u64) -> u64 {
     let mut z = sequence.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -411,12 +430,21 @@ async fn answer(
             script.retry_after_seconds,
         );
     }
+    if let Some(marker) = &script.reject_marker
+        && user_message.contains(marker.as_str())
+    {
+        log(400, None);
+        return error(400, "invalid_request", "The prompt was refused", None);
+    }
     if let Some(fault) = fault_for(script, sequence) {
         return faulty(shared, fault, &|status| log(status, Some(fault))).await;
     }
     tokio::time::sleep(script.latency).await;
     log(200, None);
-    let content = expected_answer(script.reply, &user_message);
+    let content = match script.reply {
+        Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),
+        reply => expected_answer(reply, &user_message),
+    };
     let prompt_tokens = user_message.split_whitespace().count();
     let completion_tokens = content.split_whitespace().count();
     let reply = json!({

@@ -22,6 +22,7 @@ pub struct AuditLog {
     tx: Option<mpsc::SyncSender<Record>>,
     writer: Option<JoinHandle<Result<()>>>,
     next_state: AtomicU64,
+    next_batch: AtomicU64,
 }
 
 impl AuditLog {
@@ -36,8 +37,10 @@ impl AuditLog {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        check_schema_version(&conn, path)?;
         conn.execute_batch(include_str!("schema.sql"))
             .with_context(|| format!("cannot set up the audit database {}", path.display()))?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         let run_id = writer::insert_run(&conn, &run)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
         let writer = std::thread::Builder::new()
@@ -48,6 +51,7 @@ impl AuditLog {
             tx: Some(tx),
             writer: Some(writer),
             next_state: AtomicU64::new(1),
+            next_batch: AtomicU64::new(1),
         })
     }
 
@@ -57,6 +61,10 @@ impl AuditLog {
 
     pub fn new_state_id(&self) -> u64 {
         self.next_state.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn new_batch_id(&self) -> u64 {
+        self.next_batch.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn record(&self, record: Record) {
@@ -93,6 +101,28 @@ impl Drop for AuditLog {
             tracing::error!("{e:#}");
         }
     }
+}
+
+/// Bumped whenever `schema.sql` changes shape.
+const SCHEMA_VERSION: i64 = 2;
+
+/// A database made by another version of the schema is refused rather than
+/// half-written.
+fn check_schema_version(conn: &Connection, path: &Path) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let tables: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+        [],
+        |r| r.get(0),
+    )?;
+    if tables > 0 && version != SCHEMA_VERSION {
+        anyhow::bail!(
+            "the audit database {} has schema version {version}, this weir writes version \
+             {SCHEMA_VERSION}; move it aside or set `audit.path` to a new file",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 pub fn now_ms() -> i64 {

@@ -11,6 +11,8 @@ pub struct RunEnd {
     pub rows_total: u64,
     pub rows_completed: u64,
     pub rows_failed: u64,
+    /// Rows per terminal outcome, as a JSON object.
+    pub outcomes_json: String,
     pub summary_json: String,
 }
 
@@ -48,8 +50,18 @@ pub struct NodeStateRecord {
     pub output_sha256: Option<String>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
+    /// The batch the row went through this node in, if the node batches.
+    pub batch_id: Option<u64>,
     pub started_at_ms: i64,
     pub duration_ms: u64,
+}
+
+/// Rows a batching node handed its component together.
+pub struct BatchRecord {
+    pub batch_id: u64,
+    pub node_id: usize,
+    pub mode: &'static str,
+    pub members: Vec<u64>,
 }
 
 pub struct AttributeRecord {
@@ -82,6 +94,10 @@ pub struct OutcomeRecord {
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     pub rows_written: u64,
+    /// The `transform` batch the row was consumed by.
+    pub batch_id: Option<u64>,
+    /// Where the row was written instead of the sinks (its `on_error` sink).
+    pub error_sink: Option<String>,
 }
 
 /// Something that happened to an endpoint (its circuit breaker opening, …).
@@ -97,6 +113,7 @@ pub enum Record {
     Endpoint(EndpointRecord),
     Row(RowRecord),
     NodeState(NodeStateRecord),
+    Batch(BatchRecord),
     Attribute(AttributeRecord),
     Call(CallRecord),
     Outcome(OutcomeRecord),

@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS runs (
     rows_total      INTEGER,
     rows_completed  INTEGER,
     rows_failed     INTEGER,
+    outcomes_json   TEXT,               -- rows per terminal outcome
     summary_json    TEXT                -- per-endpoint statistics (calls, retries, limit over time, …)
 );
 
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS node_states (
     output_sha256   TEXT,
     error_code      TEXT,
     error_message   TEXT,
+    batch_id        INTEGER,              -- the batch it went through the node in
     started_at_ms   INTEGER NOT NULL,
     duration_ms     INTEGER NOT NULL,
     PRIMARY KEY (run_id, state_id),
@@ -94,15 +96,34 @@ CREATE TABLE IF NOT EXISTS calls (
     PRIMARY KEY (run_id, state_id, call_index)
 );
 
+-- Rows a batching node gave its component together (`batch:` on a transform).
+CREATE TABLE IF NOT EXISTS batches (
+    run_id    INTEGER NOT NULL,
+    batch_id  INTEGER NOT NULL,
+    node_id   INTEGER NOT NULL,
+    mode      TEXT NOT NULL,              -- passthrough | transform
+    size      INTEGER NOT NULL,           -- member rows
+    PRIMARY KEY (run_id, batch_id)
+);
+
+CREATE TABLE IF NOT EXISTS batch_members (
+    run_id     INTEGER NOT NULL,
+    batch_id   INTEGER NOT NULL,
+    row_index  INTEGER NOT NULL,
+    PRIMARY KEY (run_id, batch_id, row_index)
+);
+
 -- Exactly one per source row.
 CREATE TABLE IF NOT EXISTS row_outcomes (
     run_id         INTEGER NOT NULL,
     row_index      INTEGER NOT NULL,
-    outcome        TEXT NOT NULL,         -- completed | failed
+    outcome        TEXT NOT NULL,         -- completed | failed | quarantined | discarded | consumed_in_batch
     node_id        INTEGER,               -- where it failed
     error_code     TEXT,
     error_message  TEXT,
     rows_written   INTEGER NOT NULL,      -- output rows written to each sink
+    batch_id       INTEGER,               -- the transform batch that consumed it
+    error_sink     TEXT,                  -- the on_error sink it was written to
     PRIMARY KEY (run_id, row_index)
 );
 

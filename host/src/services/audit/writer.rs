@@ -94,7 +94,7 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
         }
         Record::NodeState(s) => {
             tx.prepare_cached(
-                "INSERT INTO node_states VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                "INSERT INTO node_states VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             )?
             .execute(params![
                 run,
@@ -107,9 +107,18 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
                 s.output_sha256,
                 s.error_code,
                 s.error_message,
+                s.batch_id,
                 s.started_at_ms,
                 s.duration_ms
             ])?;
+        }
+        Record::Batch(b) => {
+            tx.prepare_cached("INSERT INTO batches VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(params![run, b.batch_id, b.node_id, b.mode, b.members.len()])?;
+            let mut member = tx.prepare_cached("INSERT INTO batch_members VALUES (?1, ?2, ?3)")?;
+            for row in b.members {
+                member.execute(params![run, b.batch_id, row])?;
+            }
         }
         Record::Attribute(a) => {
             tx.prepare_cached(
@@ -140,16 +149,20 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
             ])?;
         }
         Record::Outcome(o) => {
-            tx.prepare_cached("INSERT INTO row_outcomes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?
-                .execute(params![
-                    run,
-                    o.row_index,
-                    o.outcome,
-                    o.node_id,
-                    o.error_code,
-                    o.error_message,
-                    o.rows_written
-                ])?;
+            tx.prepare_cached(
+                "INSERT INTO row_outcomes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
+                run,
+                o.row_index,
+                o.outcome,
+                o.node_id,
+                o.error_code,
+                o.error_message,
+                o.rows_written,
+                o.batch_id,
+                o.error_sink
+            ])?;
         }
         Record::EndpointEvent(e) => {
             tx.prepare_cached("INSERT INTO endpoint_events VALUES (?1, ?2, ?3, ?4, ?5)")?
@@ -158,7 +171,8 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
         Record::RunFinished(end) => {
             tx.prepare_cached(
                 "UPDATE runs SET finished_at_ms = ?2, status = ?3, rows_total = ?4,
-                 rows_completed = ?5, rows_failed = ?6, summary_json = ?7 WHERE run_id = ?1",
+                 rows_completed = ?5, rows_failed = ?6, summary_json = ?7, outcomes_json = ?8
+                 WHERE run_id = ?1",
             )?
             .execute(params![
                 run,
@@ -167,7 +181,8 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
                 end.rows_total,
                 end.rows_completed,
                 end.rows_failed,
-                end.summary_json
+                end.summary_json,
+                end.outcomes_json
             ])?;
         }
     }

@@ -10,7 +10,9 @@ use weir_test_llm_server::{Reply, Script, TestLlmServer};
 struct Args {
     #[arg(long, default_value_t = 8089)]
     port: u16,
-    /// echo: answer `echo: <prompt>`; sentiment: keyword classifier for demos.
+    /// echo: answer `echo: <prompt>`; sentiment: keyword classifier for demos;
+    /// structured: JSON following the request's json_schema, values derived
+    /// from the prompt (bundles answered entry by entry).
     #[arg(long, default_value = "sentiment")]
     reply: String,
     #[arg(long, default_value_t = 0)]
@@ -26,7 +28,8 @@ async fn main() -> anyhow::Result<()> {
     let reply = match args.reply.as_str() {
         "echo" => Reply::Echo,
         "sentiment" => Reply::Sentiment,
-        other => anyhow::bail!("unknown --reply `{other}`: use echo or sentiment"),
+        "structured" => Reply::Structured,
+        other => anyhow::bail!("unknown --reply `{other}`: use echo, sentiment or structured"),
     };
     let script = Script {
         reply,
