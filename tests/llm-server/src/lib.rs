@@ -445,7 +445,17 @@ async fn answer(
         Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),
         reply => expected_answer(reply, &user_message),
     };
-    let prompt_tokens = user_message.split_whitespace().count();
+    // Words of every message stand in for tokens: enough to compare prompts.
+    let prompt_tokens: usize = parsed["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .map(|c| c.split_whitespace().count())
+                .sum()
+        })
+        .unwrap_or_default();
     let completion_tokens = content.split_whitespace().count();
     let reply = json!({
         "id": format!("chatcmpl-test-{sequence}"),
