@@ -38,12 +38,24 @@ fn read_jsonl(ws: &Workspace, name: &str) -> Vec<Map<String, Value>> {
     }
 }
 
-fn pipeline(node: &str, extra: &str) -> String {
+/// The source ids found in the sink and the `on_error` sink together, sorted:
+/// each exactly once means no row was lost or doubled.
+fn ids(written: &[Map<String, Value>], failed: &[Map<String, Value>]) -> Vec<i64> {
+    let mut ids: Vec<i64> = written
+        .iter()
+        .chain(failed)
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn pipeline(node: &str) -> String {
     format!(
         "source:\n  path: rows.jsonl\nendpoints:\n  llm:\n    base_url: ${{OPENAI_BASE_URL}}\n    \
          api_key: ${{OPENAI_API_KEY}}\n    pool_size: 8\n    max_retries: 0\n\
          transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n{node}\
-         sinks:\n  - path: out.jsonl\n{extra}"
+         sinks:\n  - path: out.jsonl\n"
     )
 }
 
@@ -80,7 +92,7 @@ async fn a_row_gets_all_its_queries_answers_or_fails_naming_the_failed_ones() {
         \x20       length:\n          template: \"{{ t }}\"\n          inputs: {t: text}\n\
         \x20         outputs: {length: integer, loud: boolean}\n\
         \x20   on_error: {path: failed.jsonl}\n";
-    let pipeline = ws.write("p.yaml", &pipeline(node, ""));
+    let pipeline = ws.write("p.yaml", &pipeline(node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));
 
@@ -142,18 +154,16 @@ async fn bundles_never_misattribute_and_misses_are_asked_again() {
              \x20     bundle_size: 4\n      bundle_retry_individually: {retry}\n\
              \x20   on_error: {{path: failed.jsonl}}\n"
         );
-        let pipeline = ws.write("p.yaml", &pipeline(&node, ""));
+        let pipeline = ws.write("p.yaml", &pipeline(&node));
         let out = run_with_key(&pipeline, &server.base_url()).await;
         assert!(out.status.success(), "{}", stderr(&out));
         let written = read_jsonl(&ws, "out.jsonl");
         let failed = read_jsonl(&ws, "failed.jsonl");
-        let mut seen: Vec<i64> = written
-            .iter()
-            .chain(&failed)
-            .map(|r| r["id"].as_i64().unwrap())
-            .collect();
-        seen.sort();
-        assert_eq!(seen, (0..40).collect::<Vec<_>>(), "every row exactly once");
+        assert_eq!(
+            ids(&written, &failed),
+            (0..40).collect::<Vec<_>>(),
+            "every row exactly once"
+        );
         for row in &written {
             assert_eq!(
                 row["n"],
@@ -194,7 +204,7 @@ async fn a_transform_batch_makes_one_row_and_accounts_for_every_member() {
     let node = "    batch: {count: 5, mode: transform}\n    options:\n\
         \x20     batch_template: \"{% for r in rows %}{{ r.text }}|{% endfor %}\"\n\
         \x20     response_format: json_schema\n      outputs: {summary: string}\n";
-    let pipeline = ws.write("p.yaml", &pipeline(node, ""));
+    let pipeline = ws.write("p.yaml", &pipeline(node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let written = read_jsonl(&ws, "out.jsonl");
@@ -231,7 +241,7 @@ async fn a_failing_batch_still_gives_every_member_an_outcome() {
         \x20     batch_template: \"{% for r in rows %}{{ r.text }}|{% endfor %}\"\n\
         \x20     response_format: json_schema\n      outputs: {summary: string}\n\
         \x20   on_error: discard\n";
-    let pipeline = ws.write("p.yaml", &pipeline(node, ""));
+    let pipeline = ws.write("p.yaml", &pipeline(node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let counts = outcomes(&ws);
@@ -257,7 +267,7 @@ async fn a_batch_timeout_fires_while_the_source_is_idle() {
     assert!(status.success());
     let node = "    batch: {count: 100, timeout_seconds: 0.2}\n    options:\n\
         \x20     template: \"{{ row.text }}\"\n";
-    let pipeline = ws.write("p.yaml", &pipeline(node, ""));
+    let pipeline = ws.write("p.yaml", &pipeline(node));
     let run = tokio::spawn({
         let pipeline = pipeline.clone();
         let base = server.base_url();
@@ -298,7 +308,7 @@ async fn output_fields_that_collide_are_refused_at_validation() {
     let ws = Workspace::new();
     ws.write("rows.csv", "id,text,tone\n1,a,b\n");
     let node = "    options:\n      template: \"{{ row.text }}\"\n      outputs: {tone: string}\n";
-    let yaml = pipeline(node, "").replace("rows.jsonl", "rows.csv");
+    let yaml = pipeline(node).replace("rows.jsonl", "rows.csv");
     let pipeline = ws.write("p.yaml", &yaml);
     let out = weir(
         &["validate", pipeline.to_str().unwrap()],
@@ -371,18 +381,15 @@ async fn check(case: Case) -> Result<(), TestCaseError> {
          \x20     bundle_size: {}\n      queries:\n{queries}    on_error: {{path: failed.jsonl}}\n",
         case.bundle
     );
-    let pipeline = ws.write("p.yaml", &pipeline(&node, ""));
+    let pipeline = ws.write("p.yaml", &pipeline(&node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
     prop_assert!(out.status.success(), "{}", stderr(&out));
     let written = read_jsonl(&ws, "out.jsonl");
     let failed = read_jsonl(&ws, "failed.jsonl");
-    let mut seen: Vec<i64> = written
-        .iter()
-        .chain(&failed)
-        .map(|r| r["id"].as_i64().unwrap())
-        .collect();
-    seen.sort();
-    prop_assert_eq!(seen, (0..case.rows as i64).collect::<Vec<_>>());
+    prop_assert_eq!(
+        ids(&written, &failed),
+        (0..case.rows as i64).collect::<Vec<_>>()
+    );
     for row in &written {
         let text = row["text"].as_str().unwrap();
         for q in 0..case.queries {

@@ -97,9 +97,6 @@ impl LlmNode {
             .enumerate()
             .map(|(i, text)| self.parse_row(i as u32, text, host))
             .collect();
-        let ready: Vec<u32> = (0..rows.len() as u32)
-            .filter(|&i| parsed[i as usize].is_ok())
-            .collect();
         if self.options.bundle_size > 1 && rows.len() == 1 {
             host.log(
                 Level::Debug,
@@ -111,18 +108,13 @@ impl LlmNode {
         let mut results: Vec<Vec<Option<QueryResult>>> =
             vec![vec![None; self.queries.len()]; rows.len()];
         let mut units = Vec::new();
-        for (q, compiled) in self.queries.iter().enumerate() {
+        for (q, _) in self.queries.iter().enumerate() {
             let mut rendered = Vec::new();
-            for &row in &ready {
-                let Ok(data) = &parsed[row as usize] else {
-                    continue;
-                };
-                match compiled.prompts.render(data, &compiled.query.inputs) {
-                    Ok(prompt) => rendered.push((row, prompt)),
-                    Err(e) => {
-                        results[row as usize][q] =
-                            Some(Err(Failure::new("template_rendering_failed", e)));
-                    }
+            for (row, data) in parsed.iter().enumerate() {
+                let Ok(data) = data else { continue };
+                match self.render(q, data) {
+                    Ok(prompt) => rendered.push((row as u32, prompt)),
+                    Err(failure) => results[row][q] = Some(Err(failure)),
                 }
             }
             let bundle = self.options.bundle_size.max(1);
@@ -206,26 +198,8 @@ impl LlmNode {
         if units.is_empty() {
             return;
         }
-        let requests = units
-            .iter()
-            .map(|u| Request {
-                endpoint: self.options.endpoint.clone(),
-                body: u.body.clone(),
-                row: u.rows[0],
-            })
-            .collect();
-        let mut answers = host.send(requests).into_iter();
         let mut retry = Vec::new();
-        for unit in &units {
-            let answer = answers.next().map_or_else(
-                || {
-                    Err(Failure::new(
-                        "llm_call_failed",
-                        "the executor returned no result",
-                    ))
-                },
-                chat::interpret,
-            );
+        for (unit, answer) in units.iter().zip(self.send(&units, host)) {
             let per_row = self.file_answer(unit, answer, host);
             for (row, result) in unit.rows.iter().zip(per_row) {
                 let bundled_miss = unit.rows.len() > 1 && result.is_err();
@@ -248,16 +222,47 @@ impl LlmNode {
             let Ok(data) = &parsed[row as usize] else {
                 continue;
             };
-            let compiled = &self.queries[q];
-            match compiled.prompts.render(data, &compiled.query.inputs) {
+            match self.render(q, data) {
                 Ok(prompt) => singles.push(self.unit(q, &[(row, prompt)])),
-                Err(e) => {
-                    results[row as usize][q] =
-                        Some(Err(Failure::new("template_rendering_failed", e)))
-                }
+                Err(failure) => results[row as usize][q] = Some(Err(failure)),
             }
         }
         self.run_units(singles, parsed, results, host, false);
+    }
+
+    fn render(&self, q: usize, row: &Row) -> Result<Rendered, Failure> {
+        let compiled = &self.queries[q];
+        compiled
+            .prompts
+            .render(row, &compiled.query.inputs)
+            .map_err(|e| Failure::new("template_rendering_failed", e))
+    }
+
+    /// Sends every unit in one executor call: one answer (or failure) per unit.
+    fn send(&self, units: &[Unit], host: &impl Host) -> Vec<Result<chat::Answer, Failure>> {
+        let requests = units
+            .iter()
+            .map(|u| Request {
+                endpoint: self.options.endpoint.clone(),
+                body: u.body.clone(),
+                row: u.rows[0],
+            })
+            .collect();
+        let mut answers = host.send(requests).into_iter();
+        units
+            .iter()
+            .map(|_| {
+                answers.next().map_or_else(
+                    || {
+                        Err(Failure::new(
+                            "llm_call_failed",
+                            "the executor returned no result",
+                        ))
+                    },
+                    chat::interpret,
+                )
+            })
+            .collect()
     }
 
     /// One result per row of the unit.
@@ -398,28 +403,9 @@ impl LlmNode {
             Ok(p) => p,
             Err(e) => return fail(Failure::new("template_rendering_failed", e)),
         };
-        let unit = Unit {
-            query: 0,
-            rows: vec![0],
-            body: chat::request_body(&self.options, &compiled.query, &prompt, || {
-                parse::object_schema(compiled.query.outputs.as_deref().unwrap_or_default(), None)
-            }),
-        };
-        let request = Request {
-            endpoint: self.options.endpoint.clone(),
-            body: unit.body.clone(),
-            row: 0,
-        };
-        let answer = host.send(vec![request]).into_iter().next().map_or_else(
-            || {
-                Err(Failure::new(
-                    "llm_call_failed",
-                    "the executor returned no result",
-                ))
-            },
-            chat::interpret,
-        );
-        match self.file_answer(&unit, answer, host).remove(0) {
+        let units = [self.unit(0, &[(0, prompt)])];
+        let answer = self.send(&units, host).remove(0);
+        match self.file_answer(&units[0], answer, host).remove(0) {
             Ok(summary) => {
                 let mut outcomes = vec![Outcome::Rows(Vec::new()); rows.len()];
                 outcomes[0] = Outcome::Rows(vec![Value::Object(summary).to_string()]);

@@ -227,21 +227,26 @@ fn on_error_of(
     }
 }
 
+/// An optional duration given in seconds; zero, negative or not finite is an error.
+fn positive_seconds(seconds: Option<f64>) -> Result<Option<std::time::Duration>, ()> {
+    match seconds {
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(std::time::Duration::from_secs_f64(s))),
+        Some(_) => Err(()),
+        None => Ok(None),
+    }
+}
+
 fn batch_of(file: &PipelineFile, key: &str, spec: &model::BatchSpec) -> Result<Batch> {
     let at = |field: &str, msg: &str| file.error_at(&["transforms", key, "batch", field], msg);
     if spec.count == 0 {
         return Err(at("count", "batch.count must be at least 1"));
     }
-    let timeout = match spec.timeout_seconds {
-        Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
-        Some(_) => {
-            return Err(at(
-                "timeout_seconds",
-                "batch.timeout_seconds must be a positive number of seconds",
-            ));
-        }
-        None => None,
-    };
+    let timeout = positive_seconds(spec.timeout_seconds).map_err(|()| {
+        at(
+            "timeout_seconds",
+            "batch.timeout_seconds must be a positive number of seconds",
+        )
+    })?;
     Ok(Batch {
         count: spec.count,
         timeout,
@@ -326,16 +331,12 @@ fn resolve_nodes(
             None if pool_total > 0 => (pool_total * 2).max(pool_total + ROW_WINDOW),
             None => std::thread::available_parallelism().map_or(2, |n| n.get()),
         };
-        let row_deadline = match t.row_deadline_seconds {
-            Some(s) if s.is_finite() && s > 0.0 => Some(std::time::Duration::from_secs_f64(s)),
-            Some(_) => {
-                return Err(at(
-                    "row_deadline_seconds",
-                    "row_deadline_seconds must be a positive number of seconds".into(),
-                ));
-            }
-            None => None,
-        };
+        let row_deadline = positive_seconds(t.row_deadline_seconds).map_err(|()| {
+            at(
+                "row_deadline_seconds",
+                "row_deadline_seconds must be a positive number of seconds".into(),
+            )
+        })?;
         let batch = t
             .batch
             .as_ref()

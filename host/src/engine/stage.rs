@@ -85,7 +85,9 @@ impl Node {
             }
             _ => None,
         };
-        let mut rows = Vec::new();
+        // Rows go to the guest as JSON text, serialized straight from the
+        // flows: they stay there for the audit and an `on_error` sink.
+        let mut input = Vec::new();
         let mut scopes = Vec::new();
         let mut spans = Vec::new();
         let deadline = self.row_deadline.map(|d| Instant::now() + d);
@@ -93,15 +95,19 @@ impl Node {
             let Ok(flow_rows) = &flows[i].state else {
                 unreachable!("only live flows")
             };
-            spans.push(rows.len()..rows.len() + flow_rows.len());
+            spans.push(input.len()..input.len() + flow_rows.len());
             scopes.extend(
                 flow_rows
                     .iter()
                     .map(|_| RowScope::new(state_ids[k], deadline)),
             );
-            rows.extend(flow_rows.iter().cloned());
+            input.extend(
+                flow_rows
+                    .iter()
+                    .map(|r| serde_json::to_string(r).expect("a JSON object always serializes")),
+            );
         }
-        let outcomes = self.run_guest(&rows, scopes).await;
+        let outcomes = self.run_guest(&input, scopes).await;
         let results: Vec<Result<Vec<Row>, RowError>> = spans
             .iter()
             .map(|span| match &outcomes {
@@ -198,20 +204,16 @@ impl Node {
     /// One outcome per row, or an error for them all (the guest trapped).
     async fn run_guest(
         &self,
-        rows: &[Row],
+        input: &[String],
         scopes: Vec<RowScope>,
     ) -> Result<Vec<Outcome>, RowError> {
-        let input: Vec<String> = rows
-            .iter()
-            .map(|r| serde_json::to_string(r).expect("a JSON object always serializes"))
-            .collect();
         let mut instance = self
             .runtime
             .checkout()
             .await
             .map_err(|e| RowError::new("guest_unavailable", format!("{e:#}")))?;
-        match instance.process(&input, scopes).await {
-            Ok(outcomes) if outcomes.len() == rows.len() => {
+        match instance.process(input, scopes).await {
+            Ok(outcomes) if outcomes.len() == input.len() => {
                 self.runtime.checkin(instance);
                 Ok(outcomes)
             }
@@ -220,7 +222,7 @@ impl Node {
                 format!(
                     "the component returned {} outcomes for {} rows",
                     outcomes.len(),
-                    rows.len()
+                    input.len()
                 ),
             )),
             // The instance is dropped: after a trap its state cannot be trusted.
