@@ -279,6 +279,8 @@ async fn provider_errors_are_not_retried_and_keep_the_providers_message() {
 async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
     let server = TestLlmServer::start(Script {
         require_key: Some(KEY.into()),
+        // Error answers and retries go through the audit trail too.
+        fail_every: Some((3, 500)),
         ..Script::default()
     })
     .await
@@ -300,11 +302,20 @@ async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
     .await;
     assert!(out.status.success(), "{}", stderr(&out));
     let served = server.served();
+    assert!(served.iter().any(|s| s.status == 500));
     assert!(
         served
             .iter()
             .all(|s| s.authorization.as_deref() == Some(&format!("Bearer {KEY}")))
     );
+    let db_path = ws.path("weir-audit.sqlite");
+    let explained = weir(
+        &["explain", "1", "0", "--audit", db_path.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    assert!(explained.status.success(), "{}", stderr(&explained));
+    assert!(String::from_utf8_lossy(&explained.stdout).contains("HTTP 200"));
     assert!(served.iter().all(|s| !s.body.to_string().contains(KEY)));
 
     let db = std::fs::read(ws.path("weir-audit.sqlite")).unwrap();
@@ -314,6 +325,7 @@ async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
         ("audit WAL", wal),
         ("stderr", out.stderr.clone()),
         ("stdout", out.stdout.clone()),
+        ("explain output", explained.stdout.clone()),
     ] {
         assert!(
             !contains(&bytes, KEY.as_bytes()),
@@ -326,6 +338,11 @@ async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
         .query_row("SELECT secret_fingerprint FROM endpoints", [], |r| r.get(0))
         .unwrap();
     assert_eq!(fingerprint.len(), 16);
+    // The bodies are kept, so the search above covered them.
+    let payloads: i64 = db
+        .query_row("SELECT count(*) FROM payloads", [], |r| r.get(0))
+        .unwrap();
+    assert!(payloads >= 15, "{payloads} payloads");
 }
 
 #[tokio::test]

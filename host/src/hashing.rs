@@ -12,10 +12,15 @@ pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
 /// Falls back to hashing the serde_json text when the value has no canonical
 /// form (JSON text from outside can hold numbers JCS refuses).
 pub fn canonical_sha256<T: Serialize>(value: &T) -> String {
-    match serde_jcs::to_vec(value) {
-        Ok(bytes) => sha256_hex(bytes),
-        Err(_) => sha256_hex(serde_json::to_vec(value).unwrap_or_default()),
-    }
+    sha256_hex(canonical_text(value))
+}
+
+/// The RFC 8785 text of `value`, or its serde_json text when it has none:
+/// what `canonical_sha256` hashes, and what the audit keeps as its payload.
+pub fn canonical_text<T: Serialize>(value: &T) -> String {
+    serde_jcs::to_string(value)
+        .or_else(|_| serde_json::to_string(value))
+        .unwrap_or_default()
 }
 
 /// Hashes JSON text canonically when it parses, or its raw bytes otherwise.

@@ -17,7 +17,11 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone)]
 pub struct PipelineFile {
     pub path: PathBuf,
+    /// After `${VAR}` interpolation.
     pub text: String,
+    /// Of the file as written, before interpolation: secrets interpolated
+    /// into it never reach a hash.
+    pub raw_sha256: String,
 }
 
 impl PipelineFile {
@@ -91,9 +95,11 @@ pub struct Pipeline {
     /// For rows the source cannot read.
     pub source_on_error: OnError,
     pub audit_path: PathBuf,
+    /// Keep request, response, row and output bodies, not only their hashes.
+    pub audit_payloads: bool,
 }
 
-const AUDIT_FILE_NAME: &str = "weir-audit.sqlite";
+pub const AUDIT_FILE_NAME: &str = "weir-audit.sqlite";
 
 /// Rows a node keeps in flight beyond its endpoints' pool sizes. Output keeps
 /// source order, so a row waiting out a retry holds back the rows behind it;
@@ -113,10 +119,50 @@ pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -
     let file = PipelineFile {
         path: path.to_path_buf(),
         text,
+        raw_sha256: crate::hashing::sha256_hex(raw),
     };
     let spec: PipelineSpec =
         serde_yaml::from_str(&file.text).map_err(|e| parse_error(&file, &e))?;
     resolve(file, spec)
+}
+
+/// `audit.path` against the pipeline's folder, or the default beside the
+/// first sink.
+fn audit_path(dir: &Path, configured: Option<&str>, first_sink: &Path) -> PathBuf {
+    match configured {
+        Some(p) => dir.join(p),
+        None => first_sink
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(AUDIT_FILE_NAME),
+    }
+}
+
+/// The audit database a pipeline file names, read without the rest of the
+/// pipeline, so that looking at past runs needs none of its API keys.
+pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    // Only the paths are read: a variable that is not set stands in as a
+    // placeholder instead of stopping the lookup.
+    let text = interpolate::interpolate(&raw, |name| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| Some(format!("unset-{name}")))
+    })
+    .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let configured = doc["audit"]["path"].as_str();
+    let first_sink = doc["sinks"][0]["path"].as_str().ok_or_else(|| {
+        anyhow!(
+            "{}: has no `sinks`, so no audit database beside them",
+            path.display()
+        )
+    })?;
+    Ok(audit_path(dir, configured, &dir.join(first_sink)))
 }
 
 fn parse_error(file: &PipelineFile, err: &serde_yaml::Error) -> anyhow::Error {
@@ -168,14 +214,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
             format: format_of(&file, &["sinks", &key], &sink.path, sink.format)?,
         });
     }
-    let audit_path = match &spec.audit.path {
-        Some(p) => file.dir().join(p),
-        None => sinks[0]
-            .path
-            .parent()
-            .unwrap_or(Path::new("."))
-            .join(AUDIT_FILE_NAME),
-    };
+    let audit_path = audit_path(file.dir(), spec.audit.path.as_deref(), &sinks[0].path);
     if let Some(clash) = error_sinks
         .iter()
         .find(|e| sinks.iter().any(|s| s.path == e.path))
@@ -196,6 +235,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
         error_sinks,
         source_on_error,
         audit_path,
+        audit_payloads: spec.audit.payloads,
         file,
     })
 }

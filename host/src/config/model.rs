@@ -130,6 +130,9 @@ pub mod defaults {
     pub fn connect_timeout_seconds() -> f64 {
         10.0
     }
+    pub fn audit_payloads() -> bool {
+        true
+    }
     pub fn adaptive_concurrency() -> bool {
         true
     }
@@ -226,10 +229,23 @@ impl Grants {
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSpec {
     /// Defaults to `weir-audit.sqlite` beside the first sink.
     #[serde(default)]
     pub path: Option<String>,
+    /// Keep bodies (rows, requests, responses, outputs) as well as their
+    /// hashes: `weir explain` shows them and a resume answers from them.
+    #[serde(default = "defaults::audit_payloads")]
+    pub payloads: bool,
+}
+
+impl Default for AuditSpec {
+    fn default() -> Self {
+        Self {
+            path: None,
+            payloads: defaults::audit_payloads(),
+        }
+    }
 }

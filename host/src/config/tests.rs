@@ -143,3 +143,20 @@ fn azure_endpoints_need_their_settings() {
     let err = load_with(&azure, &[("KEY", "k")]).unwrap_err().to_string();
     assert!(err.contains("needs `base_url`"), "{err}");
 }
+
+#[test]
+fn the_audit_database_is_found_without_the_pipelines_secrets() {
+    let (_dir, path) = setup(GOOD);
+    // `KEY` is not set: loading the pipeline would fail, finding its audit
+    // database must not.
+    assert!(load(&path).is_err());
+    let full = load_text(&path, GOOD, |_| Some("sk-1".into())).unwrap();
+    assert_eq!(audit_path_of(&path).unwrap(), full.audit_path);
+
+    let elsewhere = format!("{GOOD}audit:\n  path: trail/a.sqlite\n  payloads: false\n");
+    std::fs::write(&path, &elsewhere).unwrap();
+    let full = load_text(&path, &elsewhere, |_| Some("sk-1".into())).unwrap();
+    assert!(full.audit_path.ends_with("trail/a.sqlite"));
+    assert!(!full.audit_payloads);
+    assert_eq!(audit_path_of(&path).unwrap(), full.audit_path);
+}

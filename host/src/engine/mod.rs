@@ -1,10 +1,8 @@
-//! The pipeline engine: streams source rows through the nodes, many rows in
-//! flight per node, and writes results to the sinks in source order.
-
 mod columns;
 mod progress;
 mod quarantine;
 mod report;
+mod resume;
 mod setup;
 mod stage;
 
@@ -13,19 +11,38 @@ pub use report::{EndpointReport, RunReport};
 use crate::config::{Format, OnError, Pipeline};
 use crate::hashing;
 use crate::io::{self, SourceRow};
-use crate::services::audit::{AuditLog, NewRun, OutcomeRecord, Record, RowRecord, RunEnd};
+use crate::services::audit::{
+    AuditLog, CommitRecord, NewRun, OutcomeRecord, Record, ResumePoint, RowRecord, RunEnd,
+};
 use anyhow::{Context, Result};
 use futures::stream::{self, BoxStream, StreamExt};
+use resume::SourceCheck;
 use setup::Prepared;
 use stage::{Failure, Flow};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Rows read ahead of the first node, so a slow disk never starves it.
 const READ_AHEAD: usize = 1024;
+/// Finished rows are committed to the audit trail, together with how far the
+/// sinks hold them, in groups of at most this many rows …
+const COMMIT_ROWS: usize = 500;
+/// … or after this long, whichever comes first: a killed run redoes at most
+/// this much, and from recorded answers.
+const COMMIT_EVERY: Duration = Duration::from_millis(50);
 
 pub struct RunOptions {
     pub show_progress: bool,
+    /// Carry on an unfinished run instead of starting one.
+    pub resume: Option<Resume>,
+    /// Keep an audit trail. Without one there is no `weir explain` and no
+    /// resume; it exists to measure what auditing costs.
+    pub audit: bool,
+}
+
+pub struct Resume {
+    /// The run to carry on; the latest unfinished run of the pipeline if None.
+    pub run_id: Option<i64>,
 }
 
 /// Checks everything that can be checked without calling an endpoint: the
@@ -41,26 +58,72 @@ pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>>
         .collect())
 }
 
+/// The pipeline file's absolute path: how the audit trail knows a run's
+/// pipeline whatever the directory `weir` is started from.
+pub fn pipeline_key(pipeline: &Pipeline) -> String {
+    std::fs::canonicalize(&pipeline.file.path)
+        .unwrap_or_else(|_| pipeline.file.path.clone())
+        .display()
+        .to_string()
+}
+
+fn open_audit(
+    pipeline: &Pipeline,
+    options: &RunOptions,
+) -> Result<(Option<Arc<AuditLog>>, Option<ResumePoint>)> {
+    let path = &pipeline.audit_path;
+    match (&options.resume, options.audit) {
+        (None, false) => Ok((None, None)),
+        (Some(_), false) => anyhow::bail!("a run is resumed from its audit trail; drop --no-audit"),
+        (None, true) => {
+            let run = NewRun {
+                pipeline_path: pipeline_key(pipeline),
+                config_sha256: pipeline.file.raw_sha256.clone(),
+                source_path: pipeline.source.path.display().to_string(),
+                sinks: resume::sink_paths(pipeline),
+                weir_version: env!("CARGO_PKG_VERSION").to_string(),
+            };
+            let audit = AuditLog::create(path, run, pipeline.audit_payloads)?;
+            Ok((Some(Arc::new(audit)), None))
+        }
+        (Some(resume), true) => {
+            let (audit, point) = AuditLog::resume(
+                path,
+                resume.run_id,
+                &pipeline_key(pipeline),
+                pipeline.audit_payloads,
+            )
+            .with_context(|| format!("cannot resume from {}", path.display()))?;
+            Ok((Some(Arc::new(audit)), Some(point)))
+        }
+    }
+}
+
 pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let started = Instant::now();
-    let audit = Arc::new(AuditLog::open(
-        &pipeline.audit_path,
-        NewRun {
-            pipeline_path: pipeline.file.path.display().to_string(),
-            config_sha256: hashing::sha256_hex(&pipeline.file.text),
-            weir_version: env!("CARGO_PKG_VERSION").to_string(),
-        },
-    )?);
-    let prepared = setup::prepare(&pipeline, Some(&audit)).await?;
+    let (audit, mut point) = open_audit(&pipeline, &options)?;
+    let prepared = setup::prepare(&pipeline, audit.as_ref()).await?;
+    if let Some(audit) = &audit {
+        match &point {
+            None => prepared.record_identity(audit),
+            Some(point) => resume::check_unchanged(&point.run, &pipeline, &prepared)?,
+        }
+        audit.start_segment(point.as_ref().map_or(0, |p| p.done.len() as u64));
+    }
     let source = io::open_source(&pipeline.source)?;
     let columns = columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
+    let resume_at = |path: &std::path::Path| {
+        point
+            .as_ref()
+            .and_then(|p| p.checkpoints.get(&path.display().to_string()).copied())
+    };
     let mut sinks = Vec::new();
     for sink in &pipeline.sinks {
         let cols = match sink.format {
             Format::Csv => columns.clone(),
             Format::Jsonl => None,
         };
-        sinks.push(io::open_sink(sink, cols)?);
+        sinks.push(io::open_sink(sink, cols, resume_at(&sink.path))?);
     }
     let mut error_sinks = Vec::new();
     for sink in &pipeline.error_sinks {
@@ -71,43 +134,62 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             }),
             Format::Jsonl => None,
         };
-        error_sinks.push(io::open_sink(sink, cols)?);
+        error_sinks.push(io::open_sink(sink, cols, resume_at(&sink.path))?);
     }
     let mut outputs = Outputs {
         sinks,
         error_sinks,
-        error_sink_paths: pipeline
-            .error_sinks
-            .iter()
-            .map(|s| s.path.display().to_string())
-            .collect(),
+        sink_paths: resume::sink_paths(&pipeline).all().cloned().collect(),
         source_on_error: pipeline.source_on_error,
     };
     let progress = progress::Progress::start(&pipeline.source, options.show_progress);
 
+    let check = point.as_mut().map(SourceCheck::from);
     let mut report = RunReport {
-        run_id: audit.run_id(),
+        run_id: audit.as_ref().map(|a| a.run_id()),
+        segment: audit.as_ref().map_or(1, |a| a.segment()),
+        rows_skipped: check.as_ref().map_or(0, |c| c.done.len() as u64),
         sinks: pipeline.sinks.iter().map(|s| s.path.clone()).collect(),
-        audit_path: pipeline.audit_path.clone(),
+        audit_path: audit.as_ref().map(|_| pipeline.audit_path.clone()),
         ..RunReport::default()
     };
-    let flows = flow_through_nodes(read_source(source, Arc::clone(&audit)), &prepared, &audit);
+    let source_failure = Arc::new(Mutex::new(None));
+    let rows = read_source(source, audit.clone(), check, Arc::clone(&source_failure));
+    let flows = flow_through_nodes(rows, &prepared, audit.as_ref());
     let written = drain(
         flows,
         &prepared,
-        &audit,
+        audit.as_deref(),
         &mut outputs,
         &mut report,
         &progress,
     )
     .await;
     progress.finish();
+    let stopped = match written {
+        Err(e) => Some(e),
+        Ok(()) => source_failure.lock().ok().and_then(|mut f| f.take()),
+    };
     let all_sinks = outputs.sinks.into_iter().chain(outputs.error_sinks);
-    if let Err(e) = written {
-        for sink in all_sinks {
-            sink.abandon();
+    if let Some(e) = stopped {
+        match &audit {
+            // The partial files stay: they hold the rows the audit trail
+            // counts as written, and a resume carries on from them.
+            Some(audit) => {
+                drop(all_sinks);
+                return Err(e.context(format!(
+                    "run {} stopped; once the cause is fixed, `weir run {} --resume` carries it on",
+                    audit.run_id(),
+                    pipeline.file.path.display()
+                )));
+            }
+            None => {
+                for sink in all_sinks {
+                    sink.abandon();
+                }
+                return Err(e);
+            }
         }
-        return Err(e);
     }
     for sink in all_sinks {
         sink.finish()?;
@@ -124,57 +206,87 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         })
         .collect();
     drop(prepared);
-    let audit =
-        Arc::try_unwrap(audit).map_err(|_| anyhow::anyhow!("the audit log is still in use"))?;
-    audit.finish(RunEnd {
-        status: if report.rows_failed == 0 {
-            "completed"
-        } else {
-            "completed_with_failures"
-        },
-        rows_total: report.rows_total,
-        rows_completed: report.rows_completed,
-        rows_failed: report.rows_failed,
-        outcomes_json: serde_json::to_string(&report.outcome_counts())?,
-        summary_json: serde_json::to_string(&report.endpoints)?,
-    })?;
+    if let Some(audit) = audit {
+        let audit =
+            Arc::try_unwrap(audit).map_err(|_| anyhow::anyhow!("the audit log is still in use"))?;
+        report.calls_replayed = audit.replay().map_or(0, |r| r.used());
+        let totals = audit.finish(RunEnd {
+            summary_json: serde_json::to_string(&report.endpoints)?,
+            calls_replayed: report.calls_replayed,
+        })?;
+        if totals.without_outcome_count > 0 {
+            anyhow::bail!(
+                "run {}: {} source rows ended without a terminal outcome (rows {:?}…). This is a \
+                 bug in weir: please report it. The run is marked incomplete; `weir run {} \
+                 --resume` processes those rows again",
+                report.run_id.unwrap_or_default(),
+                totals.without_outcome_count,
+                totals.without_outcome,
+                pipeline.file.path.display()
+            );
+        }
+        report.totals = Some(totals);
+    }
     Ok(report)
 }
 
-/// Reads the source on a blocking thread; the channel bounds read-ahead.
-fn read_source(source: io::SourceReader, audit: Arc<AuditLog>) -> BoxStream<'static, Flow> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<SourceRow>(READ_AHEAD);
+/// Reads the source on a blocking thread, which also hashes and records each
+/// row, skips the rows a resumed run has done, and stops at the first row
+/// that differs from what the run read before (left in `failure`).
+fn read_source(
+    source: io::SourceReader,
+    audit: Option<Arc<AuditLog>>,
+    check: Option<SourceCheck>,
+    failure: Arc<Mutex<Option<anyhow::Error>>>,
+) -> BoxStream<'static, Flow> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Flow>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {
-        for row in source {
-            if tx.blocking_send(row).is_err() {
+        let hashed = audit.is_some() || check.is_some();
+        for SourceRow { index, line, row } in source {
+            let content = match &row {
+                Ok(row) if hashed => Some(hashing::canonical_text(row)),
+                _ => None,
+            };
+            let content_sha256 = content
+                .as_ref()
+                .map(hashing::sha256_hex)
+                .unwrap_or_default();
+            if let Some(check) = &check {
+                match check.skip(index, line, &content_sha256) {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => {
+                        if let Ok(mut slot) = failure.lock() {
+                            *slot = Some(e);
+                        }
+                        break;
+                    }
+                }
+            }
+            if let Some(audit) = &audit {
+                if let Some(content) = content {
+                    audit.payload(&content_sha256, || content);
+                }
+                audit.record(Record::Row(RowRecord {
+                    row_index: index,
+                    source_line: line,
+                    content_sha256,
+                }));
+            }
+            let flow = Flow::single(
+                index,
+                row.map(|row| vec![row]).map_err(|error| Failure {
+                    node: None,
+                    error,
+                    input: Vec::new(),
+                }),
+            );
+            if tx.blocking_send(flow).is_err() {
                 break;
             }
         }
     });
-    stream::poll_fn(move |cx| rx.poll_recv(cx))
-        .map(move |source_row| {
-            let content_sha256 = match &source_row.row {
-                Ok(row) => hashing::canonical_sha256(row),
-                Err(_) => String::new(),
-            };
-            audit.record(Record::Row(RowRecord {
-                row_index: source_row.index,
-                source_line: source_row.line,
-                content_sha256,
-            }));
-            Flow::single(
-                source_row.index,
-                source_row
-                    .row
-                    .map(|row| vec![row])
-                    .map_err(|error| Failure {
-                        node: None,
-                        error,
-                        input: Vec::new(),
-                    }),
-            )
-        })
-        .boxed()
+    stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
 
 /// Each node keeps up to its concurrency of rows in flight and hands them on
@@ -182,15 +294,15 @@ fn read_source(source: io::SourceReader, audit: Arc<AuditLog>) -> BoxStream<'sta
 fn flow_through_nodes(
     mut flows: BoxStream<'static, Flow>,
     prepared: &Prepared,
-    audit: &Arc<AuditLog>,
+    audit: Option<&Arc<AuditLog>>,
 ) -> BoxStream<'static, Flow> {
     for node in &prepared.nodes {
         let node = Arc::clone(node);
-        let audit = Arc::clone(audit);
+        let audit = audit.cloned();
         let concurrency = node.concurrency;
         flows = match node.batch.clone() {
             None => flows
-                .map(move |flow| Arc::clone(&node).process(flow, Some(Arc::clone(&audit))))
+                .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
                 .buffered(concurrency)
                 .boxed(),
             Some(batch) => {
@@ -202,9 +314,7 @@ fn flow_through_nodes(
                     None => flows.chunks(batch.count).boxed(),
                 };
                 batches
-                    .map(move |flows| {
-                        Arc::clone(&node).process_batch(flows, Some(Arc::clone(&audit)))
-                    })
+                    .map(move |flows| Arc::clone(&node).process_batch(flows, audit.clone()))
                     .buffered((concurrency / batch.count).max(1))
                     .flat_map(stream::iter)
                     .boxed()
@@ -218,8 +328,67 @@ fn flow_through_nodes(
 struct Outputs {
     sinks: Vec<Box<dyn io::RowSink>>,
     error_sinks: Vec<Box<dyn io::RowSink>>,
-    error_sink_paths: Vec<String>,
+    /// Of the sinks then the `on_error` sinks, as the audit trail names them.
+    sink_paths: Vec<String>,
     source_on_error: OnError,
+}
+
+impl Outputs {
+    fn error_sink_path(&self, i: usize) -> String {
+        self.sink_paths[self.sinks.len() + i].clone()
+    }
+
+    /// Where each file stands once everything written so far is in it.
+    fn checkpoints(&mut self) -> Result<Vec<(String, u64)>> {
+        let mut offsets = Vec::with_capacity(self.sink_paths.len());
+        for (sink, path) in self
+            .sinks
+            .iter_mut()
+            .chain(self.error_sinks.iter_mut())
+            .zip(&self.sink_paths)
+        {
+            offsets.push((path.clone(), sink.checkpoint().context("writing a sink")?));
+        }
+        Ok(offsets)
+    }
+}
+
+/// Outcomes of rows whose output is written but not yet committed.
+#[derive(Default)]
+struct Uncommitted {
+    outcomes: Vec<OutcomeRecord>,
+    since: Option<tokio::time::Instant>,
+}
+
+impl Uncommitted {
+    fn add(&mut self, outcomes: Vec<OutcomeRecord>) {
+        self.since.get_or_insert_with(tokio::time::Instant::now);
+        self.outcomes.extend(outcomes);
+    }
+
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.since.map(|since| since + COMMIT_EVERY)
+    }
+
+    /// Hands the sinks' bytes to the operating system first, then records the
+    /// outcomes with the offsets: the audit trail never counts a row the
+    /// file does not hold.
+    fn commit(&mut self, audit: Option<&AuditLog>, outputs: &mut Outputs) -> Result<()> {
+        self.since = None;
+        if self.outcomes.is_empty() {
+            return Ok(());
+        }
+        let outcomes = std::mem::take(&mut self.outcomes);
+        if let Some(audit) = audit {
+            let checkpoints = outputs.checkpoints()?;
+            audit.record(Record::Commit(CommitRecord {
+                outcomes,
+                checkpoints,
+            }));
+            audit.check_writing()?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes every finished flow and records one terminal outcome for each of
@@ -227,88 +396,120 @@ struct Outputs {
 async fn drain(
     mut flows: BoxStream<'static, Flow>,
     prepared: &Prepared,
-    audit: &AuditLog,
+    audit: Option<&AuditLog>,
     outputs: &mut Outputs,
     report: &mut RunReport,
     progress: &progress::Progress,
 ) -> Result<()> {
-    while let Some(flow) = flows.next().await {
-        report.rows_total += flow.members.len() as u64;
-        match flow.state {
-            Ok(rows) => {
-                for row in &rows {
-                    for sink in outputs.sinks.iter_mut() {
-                        sink.write(row).context("writing a sink")?;
-                    }
+    let mut uncommitted = Uncommitted::default();
+    loop {
+        let next = match uncommitted.due() {
+            None => flows.next().await,
+            Some(due) => match tokio::time::timeout_at(due, flows.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    uncommitted.commit(audit, outputs)?;
+                    continue;
                 }
-                report.rows_written += rows.len() as u64;
-                let consumed = flow.batch.is_some();
-                for (k, &row_index) in flow.members.iter().enumerate() {
-                    let outcome = if consumed {
-                        report.rows_consumed += 1;
-                        "consumed_in_batch"
-                    } else {
-                        report.rows_completed += 1;
-                        "completed"
-                    };
-                    audit.record(Record::Outcome(OutcomeRecord {
-                        row_index,
-                        outcome,
-                        node_id: None,
-                        error_code: None,
-                        error_message: None,
-                        // A batch's output is counted once, on its first member.
-                        rows_written: if k == 0 { rows.len() as u64 } else { 0 },
-                        batch_id: flow.batch,
-                        error_sink: None,
-                    }));
-                }
-            }
-            Err(failure) => {
-                let node = failure.node.map(|i| &prepared.nodes[i]);
-                let on_error = node.map_or(outputs.source_on_error, |n| n.on_error);
-                let node_name = node.map(|n| n.name.clone());
-                let (outcome, error_sink) = match on_error {
-                    OnError::Fail => {
-                        report.rows_failed += flow.members.len() as u64;
-                        ("failed", None)
-                    }
-                    OnError::Discard => {
-                        report.rows_discarded += flow.members.len() as u64;
-                        ("discarded", None)
-                    }
-                    OnError::Quarantine(i) => {
-                        let rows = quarantine::rows(&failure, &flow.members, node_name.as_deref());
-                        for row in &rows {
-                            outputs.error_sinks[i]
-                                .write(row)
-                                .context("writing an on_error sink")?;
-                        }
-                        report.rows_quarantined += flow.members.len() as u64;
-                        ("quarantined", Some(outputs.error_sink_paths[i].clone()))
-                    }
-                };
-                for &row_index in &flow.members {
-                    report.record_failure(
-                        &failure.error.code,
-                        row_index,
-                        node_name.clone(),
-                        &failure.error.message,
-                    );
-                    audit.record(Record::Outcome(OutcomeRecord {
-                        row_index,
-                        outcome,
-                        node_id: failure.node,
-                        error_code: Some(failure.error.code.clone()),
-                        error_message: Some(failure.error.message.clone()),
-                        rows_written: 0,
-                        batch_id: flow.batch,
-                        error_sink: error_sink.clone(),
-                    }));
-                }
-            }
+            },
+        };
+        let Some(flow) = next else { break };
+        uncommitted.add(write_flow(flow, prepared, outputs, report)?);
+        if uncommitted.outcomes.len() >= COMMIT_ROWS
+            || uncommitted
+                .due()
+                .is_some_and(|d| d <= tokio::time::Instant::now())
+        {
+            uncommitted.commit(audit, outputs)?;
         }
         progress.row_done(report.rows_failed);
     }
-    Ok(())
+    uncommitted.commit(audit, outputs)
+}
+
+/// Writes a finished flow where it belongs and returns the terminal outcome
+/// of each of its source rows.
+fn write_flow(
+    flow: Flow,
+    prepared: &Prepared,
+    outputs: &mut Outputs,
+    report: &mut RunReport,
+) -> Result<Vec<OutcomeRecord>> {
+    report.rows_total += flow.members.len() as u64;
+    let mut outcomes = Vec::with_capacity(flow.members.len());
+    match flow.state {
+        Ok(rows) => {
+            for row in &rows {
+                for sink in outputs.sinks.iter_mut() {
+                    sink.write(row).context("writing a sink")?;
+                }
+            }
+            report.rows_written += rows.len() as u64;
+            let consumed = flow.batch.is_some();
+            for (k, &row_index) in flow.members.iter().enumerate() {
+                let outcome = if consumed {
+                    report.rows_consumed += 1;
+                    "consumed_in_batch"
+                } else {
+                    report.rows_completed += 1;
+                    "completed"
+                };
+                outcomes.push(OutcomeRecord {
+                    row_index,
+                    outcome,
+                    node_id: None,
+                    error_code: None,
+                    error_message: None,
+                    // A batch's output is counted once, on its first member.
+                    rows_written: if k == 0 { rows.len() as u64 } else { 0 },
+                    batch_id: flow.batch,
+                    error_sink: None,
+                });
+            }
+        }
+        Err(failure) => {
+            let node = failure.node.map(|i| &prepared.nodes[i]);
+            let on_error = node.map_or(outputs.source_on_error, |n| n.on_error);
+            let node_name = node.map(|n| n.name.clone());
+            let (outcome, error_sink) = match on_error {
+                OnError::Fail => {
+                    report.rows_failed += flow.members.len() as u64;
+                    ("failed", None)
+                }
+                OnError::Discard => {
+                    report.rows_discarded += flow.members.len() as u64;
+                    ("discarded", None)
+                }
+                OnError::Quarantine(i) => {
+                    let rows = quarantine::rows(&failure, &flow.members, node_name.as_deref());
+                    for row in &rows {
+                        outputs.error_sinks[i]
+                            .write(row)
+                            .context("writing an on_error sink")?;
+                    }
+                    report.rows_quarantined += flow.members.len() as u64;
+                    ("quarantined", Some(outputs.error_sink_path(i)))
+                }
+            };
+            for &row_index in &flow.members {
+                report.record_failure(
+                    &failure.error.code,
+                    row_index,
+                    node_name.clone(),
+                    &failure.error.message,
+                );
+                outcomes.push(OutcomeRecord {
+                    row_index,
+                    outcome,
+                    node_id: failure.node,
+                    error_code: Some(failure.error.code.clone()),
+                    error_message: Some(failure.error.message.clone()),
+                    rows_written: 0,
+                    batch_id: flow.batch,
+                    error_sink: error_sink.clone(),
+                });
+            }
+        }
+    }
+    Ok(outcomes)
 }

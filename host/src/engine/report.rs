@@ -1,5 +1,6 @@
 //! What a run reports when it ends.
 
+use crate::services::audit::Totals;
 use crate::services::executor::StatsSnapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -7,9 +8,18 @@ use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RunReport {
-    pub run_id: i64,
+    /// None when the run kept no audit trail.
+    pub run_id: Option<i64>,
+    /// Which process of the run this is: 1, then one more per resume.
+    pub segment: u32,
+    /// Rows earlier segments had already ended.
+    pub rows_skipped: u64,
+    /// Calls answered from what earlier segments recorded.
+    pub calls_replayed: u64,
+    /// The whole run's counts, from the audit database, once it is closed.
+    pub totals: Option<Totals>,
     pub rows_total: u64,
     pub rows_completed: u64,
     pub rows_failed: u64,
@@ -23,7 +33,7 @@ pub struct RunReport {
     pub endpoints: Vec<EndpointReport>,
     pub wall: Duration,
     pub sinks: Vec<PathBuf>,
-    pub audit_path: PathBuf,
+    pub audit_path: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +77,13 @@ impl RunReport {
         ])
     }
 
+    /// Rows of the whole run that failed, earlier segments included.
+    pub fn failed_in_run(&self) -> u64 {
+        self.totals.as_ref().map_or(self.rows_failed, |t| {
+            t.outcomes.get("failed").copied().unwrap_or(0)
+        })
+    }
+
     pub fn calls(&self) -> u64 {
         self.endpoints.iter().map(|e| e.stats.attempts).sum()
     }
@@ -87,11 +104,18 @@ impl RunReport {
         } else {
             0.0
         };
-        let _ = writeln!(
-            s,
-            "run {} finished in {:.1} s ({rate:.1} rows/s)",
-            self.run_id, secs
-        );
+        let name = self
+            .run_id
+            .map_or("run (not audited)".to_string(), |id| format!("run {id}"));
+        let _ = writeln!(s, "{name} finished in {:.1} s ({rate:.1} rows/s)", secs);
+        if self.segment > 1 {
+            let _ = writeln!(
+                s,
+                "  resumed  segment {}: {} rows were already done; {} answers replayed from the \
+                 audit trail instead of sent",
+                self.segment, self.rows_skipped, self.calls_replayed
+            );
+        }
         let mut ends = format!("{} ok, {} failed", self.rows_completed, self.rows_failed);
         for (count, what) in [
             (self.rows_quarantined, "quarantined"),
@@ -161,12 +185,27 @@ impl RunReport {
         for sink in &self.sinks {
             let _ = writeln!(s, "  output   {}", sink.display());
         }
-        let _ = writeln!(
-            s,
-            "  audit    {} (run {})",
-            self.audit_path.display(),
-            self.run_id
-        );
+        if let Some(totals) = self.totals.as_ref().filter(|_| self.segment > 1) {
+            let counts: Vec<String> = totals
+                .outcomes
+                .iter()
+                .map(|(outcome, n)| format!("{n} {}", outcome.replace('_', " ")))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  run      {} rows in all segments: {}",
+                totals.rows,
+                counts.join(", ")
+            );
+        }
+        if let (Some(path), Some(id)) = (&self.audit_path, self.run_id) {
+            let _ = writeln!(
+                s,
+                "  audit    {} (run {id}; `weir explain {id} ROW --audit {}` tells a row's story)",
+                path.display(),
+                path.display()
+            );
+        }
         s
     }
 }

@@ -24,6 +24,10 @@ pub struct Node {
 pub struct Prepared {
     pub executor: Arc<Executor>,
     pub nodes: Vec<Arc<Node>>,
+    /// What the audit trail records of the endpoints and nodes, and what a
+    /// resume compares with the run it carries on.
+    pub endpoint_records: Vec<EndpointRecord>,
+    pub node_records: Vec<NodeRecord>,
 }
 
 pub async fn prepare(pipeline: &Pipeline, audit: Option<&Arc<AuditLog>>) -> Result<Prepared> {
@@ -31,43 +35,60 @@ pub async fn prepare(pipeline: &Pipeline, audit: Option<&Arc<AuditLog>>) -> Resu
         Executor::new(&pipeline.endpoints, audit.cloned())
             .map_err(|e| pipeline.file.error_at(&["endpoints"], format!("{e:#}")))?,
     );
-    if let Some(audit) = audit {
-        for endpoint in executor.endpoints() {
-            audit.record(Record::Endpoint(EndpointRecord {
-                name: endpoint.name.clone(),
-                kind: endpoint.kind_name().to_string(),
-                url: endpoint.display_url(),
-                secret_fingerprint: endpoint
-                    .spec
-                    .api_key
-                    .as_deref()
-                    .map(hashing::secret_fingerprint),
-                settings_json: serde_json::json!({
-                    "pool_size": endpoint.spec.pool_size,
-                    "max_capacity_retry_seconds": endpoint.spec.max_capacity_retry_seconds,
-                    "max_retries": endpoint.spec.max_retries,
-                    "request_timeout_seconds": endpoint.spec.request_timeout_seconds,
-                    "connect_timeout_seconds": endpoint.spec.connect_timeout_seconds,
-                    "adaptive_concurrency": endpoint.spec.adaptive_concurrency,
-                    "initial_concurrency": endpoint.spec.initial_concurrency,
-                    "requests_per_minute": endpoint.spec.requests_per_minute,
-                    "tokens_per_minute": endpoint.spec.tokens_per_minute,
-                    "breaker_failures": endpoint.spec.breaker_failures,
-                    "breaker_cooldown_seconds": endpoint.spec.breaker_cooldown_seconds,
-                    "header_names": endpoint.spec.headers.keys().collect::<Vec<_>>(),
-                })
-                .to_string(),
-            }));
-        }
-    }
+    let endpoint_records = executor
+        .endpoints()
+        .map(|endpoint| EndpointRecord {
+            name: endpoint.name.clone(),
+            kind: endpoint.kind_name().to_string(),
+            url: endpoint.display_url(),
+            secret_fingerprint: endpoint
+                .spec
+                .api_key
+                .as_deref()
+                .map(hashing::secret_fingerprint),
+            settings_json: serde_json::json!({
+                "pool_size": endpoint.spec.pool_size,
+                "max_capacity_retry_seconds": endpoint.spec.max_capacity_retry_seconds,
+                "max_retries": endpoint.spec.max_retries,
+                "request_timeout_seconds": endpoint.spec.request_timeout_seconds,
+                "connect_timeout_seconds": endpoint.spec.connect_timeout_seconds,
+                "adaptive_concurrency": endpoint.spec.adaptive_concurrency,
+                "initial_concurrency": endpoint.spec.initial_concurrency,
+                "requests_per_minute": endpoint.spec.requests_per_minute,
+                "tokens_per_minute": endpoint.spec.tokens_per_minute,
+                "breaker_failures": endpoint.spec.breaker_failures,
+                "breaker_cooldown_seconds": endpoint.spec.breaker_cooldown_seconds,
+                "header_names": endpoint.spec.headers.keys().collect::<Vec<_>>(),
+            })
+            .to_string(),
+        })
+        .collect();
     let runtime = Runtime::new().context("cannot start the WebAssembly runtime")?;
     let mut nodes = Vec::with_capacity(pipeline.nodes.len());
+    let mut node_records = Vec::with_capacity(pipeline.nodes.len());
     for config in &pipeline.nodes {
-        nodes.push(Arc::new(
-            prepare_node(pipeline, &runtime, &executor, config, audit).await?,
-        ));
+        let (node, record) = prepare_node(pipeline, &runtime, &executor, config, audit).await?;
+        nodes.push(Arc::new(node));
+        node_records.push(record);
     }
-    Ok(Prepared { executor, nodes })
+    Ok(Prepared {
+        executor,
+        nodes,
+        endpoint_records,
+        node_records,
+    })
+}
+
+impl Prepared {
+    /// Records what the run is made of, for a run that starts now.
+    pub fn record_identity(&self, audit: &AuditLog) {
+        for e in &self.endpoint_records {
+            audit.record(Record::Endpoint(e.clone()));
+        }
+        for n in &self.node_records {
+            audit.record(Record::Node(n.clone()));
+        }
+    }
 }
 
 async fn prepare_node(
@@ -76,7 +97,7 @@ async fn prepare_node(
     executor: &Executor,
     config: &NodeConfig,
     audit: Option<&Arc<AuditLog>>,
-) -> Result<Node> {
+) -> Result<(Node, NodeRecord)> {
     let key = config.index.to_string();
     let at = |field: &str, message: String| {
         pipeline.file.error_at(
@@ -134,21 +155,19 @@ async fn prepare_node(
             },
             other => at("component", other.to_string()),
         })?;
-    if let Some(audit) = audit {
-        audit.record(Record::Node(NodeRecord {
-            node_id: config.index,
-            name: config.name.clone(),
-            component: match &config.component {
-                ComponentRef::Builtin(name) => name.clone(),
-                ComponentRef::File(path) => path.display().to_string(),
-            },
-            component_sha256: loaded.sha256.clone(),
-            wit_version: WIT_VERSION.to_string(),
-            options_sha256: hashing::json_text_sha256(&config.options_json),
-            output_fields: node_runtime.output_fields().to_vec(),
-        }));
-    }
-    Ok(Node {
+    let record = NodeRecord {
+        node_id: config.index,
+        name: config.name.clone(),
+        component: match &config.component {
+            ComponentRef::Builtin(name) => name.clone(),
+            ComponentRef::File(path) => path.display().to_string(),
+        },
+        component_sha256: loaded.sha256.clone(),
+        wit_version: WIT_VERSION.to_string(),
+        options_sha256: hashing::json_text_sha256(&config.options_json),
+        output_fields: node_runtime.output_fields().to_vec(),
+    };
+    let node = Node {
         index: config.index,
         name: config.name.clone(),
         concurrency: config.concurrency,
@@ -156,7 +175,8 @@ async fn prepare_node(
         batch: config.batch.clone(),
         on_error: config.on_error,
         runtime: node_runtime,
-    })
+    };
+    Ok((node, record))
 }
 
 /// The option a component's configure error is about, when it names one as

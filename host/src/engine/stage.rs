@@ -96,11 +96,9 @@ impl Node {
                 unreachable!("only live flows")
             };
             spans.push(input.len()..input.len() + flow_rows.len());
-            scopes.extend(
-                flow_rows
-                    .iter()
-                    .map(|_| RowScope::new(state_ids[k], deadline)),
-            );
+            // The rows of one flow share its node state, and so its call numbering.
+            let scope = RowScope::new(state_ids[k], flows[i].members[0], self.index, deadline);
+            scopes.extend(flow_rows.iter().map(|_| scope.clone()));
             input.extend(
                 flow_rows
                     .iter()
@@ -126,7 +124,8 @@ impl Node {
             let flow = flows[i].as_mut().expect("each flow once");
             let input = std::mem::replace(&mut flow.state, Ok(Vec::new())).unwrap_or_default();
             if let Some(audit) = &audit {
-                audit.record(Record::NodeState(self.state_record(
+                let record = self.state_record(
+                    audit,
                     state_ids[k],
                     flow,
                     &input,
@@ -134,7 +133,8 @@ impl Node {
                     batch_id,
                     started_at_ms,
                     started,
-                )));
+                );
+                audit.record(Record::NodeState(record));
             }
             match result {
                 Ok(out) if transform => {
@@ -173,6 +173,7 @@ impl Node {
     #[allow(clippy::too_many_arguments)]
     fn state_record(
         &self,
+        audit: &AuditLog,
         state_id: u64,
         flow: &Flow,
         input: &[Row],
@@ -182,7 +183,12 @@ impl Node {
         started: Instant,
     ) -> NodeStateRecord {
         let (status, output_sha256, error) = match result {
-            Ok(out) => ("completed", Some(hashing::canonical_sha256(out)), None),
+            Ok(out) => {
+                let text = hashing::canonical_text(out);
+                let sha256 = hashing::sha256_hex(&text);
+                audit.payload(&sha256, || text);
+                ("completed", Some(sha256), None)
+            }
             Err(e) => ("failed", None, Some(e)),
         };
         NodeStateRecord {

@@ -1,17 +1,21 @@
 //! Writers for CSV and JSON Lines. Output goes to `<path>.partial` and is
 //! renamed into place only when the run ends, so a file at the sink's path is
-//! always complete.
+//! always complete. A resumed run reopens the partial file and cuts it back to
+//! the last checkpoint the audit database holds for it.
 
 use crate::config::{DataFile, Format};
 use crate::types::Row;
 use anyhow::{Context, Result};
 use serde_json::Value;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 pub trait RowSink: Send {
     fn write(&mut self, row: &Row) -> Result<()>;
+    /// Hands everything written so far to the operating system and returns
+    /// the file's length: where a resume would carry on after these rows.
+    fn checkpoint(&mut self) -> Result<u64>;
     /// Flushes and moves the file into place.
     fn finish(self: Box<Self>) -> Result<()>;
     /// Removes the partial file after a failed run.
@@ -19,8 +23,13 @@ pub trait RowSink: Send {
 }
 
 /// `columns`: the CSV header. When unknown (a JSON Lines source), the first
-/// row's keys are used.
-pub fn open_sink(file: &DataFile, columns: Option<Vec<String>>) -> Result<Box<dyn RowSink>> {
+/// row's keys are used. `resume_at`: the checkpoint to carry on from, when
+/// resuming a run.
+pub fn open_sink(
+    file: &DataFile,
+    columns: Option<Vec<String>>,
+    resume_at: Option<u64>,
+) -> Result<Box<dyn RowSink>> {
     let place = Placement {
         partial: partial_path(&file.path),
         path: file.path.clone(),
@@ -29,8 +38,14 @@ pub fn open_sink(file: &DataFile, columns: Option<Vec<String>>) -> Result<Box<dy
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create folder {}", dir.display()))?;
     }
-    let handle = File::create(&place.partial)
-        .with_context(|| format!("cannot create {}", place.partial.display()))?;
+    let (handle, resumed) = match resume_at {
+        Some(offset) if offset > 0 => (place.reopen(offset)?, true),
+        _ => (
+            File::create(&place.partial)
+                .with_context(|| format!("cannot create {}", place.partial.display()))?,
+            false,
+        ),
+    };
     Ok(match file.format {
         Format::Csv => Box::new(CsvSink {
             writer: csv::WriterBuilder::new()
@@ -38,7 +53,7 @@ pub fn open_sink(file: &DataFile, columns: Option<Vec<String>>) -> Result<Box<dy
                 .from_writer(handle),
             place,
             columns,
-            header_written: false,
+            header_written: resumed,
             warned_extra: false,
         }),
         Format::Jsonl => Box::new(JsonlSink {
@@ -63,6 +78,30 @@ struct Placement {
 }
 
 impl Placement {
+    /// The partial file of a killed run, cut back to `offset`.
+    fn reopen(&self, offset: u64) -> Result<File> {
+        // A run killed between moving its files into place and recording its
+        // end has them at the final path.
+        if !self.partial.exists() && self.path.exists() {
+            std::fs::rename(&self.path, &self.partial)
+                .with_context(|| format!("cannot reopen {}", self.path.display()))?;
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .open(&self.partial)
+            .with_context(|| format!("cannot reopen {} to resume", self.partial.display()))?;
+        let len = file.metadata()?.len();
+        if len < offset {
+            anyhow::bail!(
+                "{} holds {len} bytes, but the audit database says {offset} were written; it was                  changed outside weir",
+                self.partial.display()
+            );
+        }
+        file.set_len(offset)?;
+        file.seek(SeekFrom::End(0))?;
+        Ok(file)
+    }
+
     fn commit(&self, file: File) -> Result<()> {
         file.sync_all()?;
         std::fs::rename(&self.partial, &self.path)
@@ -84,6 +123,10 @@ impl RowSink for JsonlSink {
         serde_json::to_writer(&mut self.writer, row)?;
         self.writer.write_all(b"\n")?;
         Ok(())
+    }
+    fn checkpoint(&mut self) -> Result<u64> {
+        self.writer.flush()?;
+        Ok(self.writer.get_mut().stream_position()?)
     }
     fn finish(self: Box<Self>) -> Result<()> {
         let file = self.writer.into_inner().map_err(|e| e.into_error())?;
@@ -138,6 +181,11 @@ impl RowSink for CsvSink {
         self.columns = Some(columns);
         Ok(written?)
     }
+    fn checkpoint(&mut self) -> Result<u64> {
+        self.writer.flush()?;
+        let mut file: &File = self.writer.get_ref();
+        Ok(file.stream_position()?)
+    }
     fn finish(mut self: Box<Self>) -> Result<()> {
         if !self.header_written
             && let Some(columns) = self.columns.take()
@@ -183,6 +231,7 @@ mod tests {
         let mut sink = open_sink(
             &file,
             Some(vec!["id".into(), "answer".into(), "usage".into()]),
+            None,
         )
         .unwrap();
         sink.write(&row(
@@ -212,7 +261,7 @@ mod tests {
             path: path.clone(),
             format: Format::Jsonl,
         };
-        let mut sink = open_sink(&file, None).unwrap();
+        let mut sink = open_sink(&file, None, None).unwrap();
         sink.write(&row(json!({"b": 1, "a": 2}))).unwrap();
         sink.finish().unwrap();
         assert_eq!(
@@ -224,10 +273,41 @@ mod tests {
             path: dir.path().join("gone.jsonl"),
             format: Format::Jsonl,
         };
-        let mut sink = open_sink(&other, None).unwrap();
+        let mut sink = open_sink(&other, None, None).unwrap();
         sink.write(&row(json!({"a": 1}))).unwrap();
         sink.abandon();
         assert!(!dir.path().join("gone.jsonl").exists());
         assert!(!dir.path().join("gone.jsonl.partial").exists());
+    }
+
+    #[test]
+    fn a_resumed_sink_cuts_back_to_its_checkpoint_and_carries_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.csv");
+        let file = DataFile {
+            path: path.clone(),
+            format: Format::Csv,
+        };
+        let columns = Some(vec!["id".to_string()]);
+        let mut sink = open_sink(&file, columns.clone(), None).unwrap();
+        sink.write(&row(json!({"id": "1"}))).unwrap();
+        let checkpoint = sink.checkpoint().unwrap();
+        assert_eq!(checkpoint, "id\n1\n".len() as u64);
+        // Written after the checkpoint, then the process dies.
+        sink.write(&row(json!({"id": "2"}))).unwrap();
+        sink.checkpoint().unwrap();
+        drop(sink);
+
+        let mut sink = open_sink(&file, columns.clone(), Some(checkpoint)).unwrap();
+        sink.write(&row(json!({"id": "2"}))).unwrap();
+        sink.write(&row(json!({"id": "3"}))).unwrap();
+        sink.finish().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "id\n1\n2\n3\n");
+
+        let error = open_sink(&file, columns, Some(1_000)).err().unwrap();
+        assert!(
+            format!("{error:#}").contains("changed outside weir"),
+            "{error:#}"
+        );
     }
 }

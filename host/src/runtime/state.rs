@@ -3,7 +3,7 @@
 
 use super::bindings::{self, CallError, Level, Request, Response};
 use crate::hashing;
-use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Record};
+use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Record, now_ms};
 use crate::services::executor::{self, Endpoint};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +23,10 @@ pub struct NodeServices {
 #[derive(Clone)]
 pub struct RowScope {
     pub state_id: u64,
+    /// The source row and node of the state, so a call stays traceable even
+    /// when its process dies before the node state is recorded.
+    pub row_index: u64,
+    pub node_id: usize,
     /// When the row's calls must be over (`row_deadline_seconds`).
     pub deadline: Option<std::time::Instant>,
     /// Hands out call indexes, unique within the node state.
@@ -32,9 +36,16 @@ pub struct RowScope {
 }
 
 impl RowScope {
-    pub fn new(state_id: u64, deadline: Option<std::time::Instant>) -> Self {
+    pub fn new(
+        state_id: u64,
+        row_index: u64,
+        node_id: usize,
+        deadline: Option<std::time::Instant>,
+    ) -> Self {
         Self {
             state_id,
+            row_index,
+            node_id,
             deadline,
             calls: Arc::new(AtomicU32::new(0)),
             requests: Arc::new(AtomicU32::new(0)),
@@ -118,23 +129,64 @@ async fn send_one(
     body: String,
 ) -> Result<Response, CallError> {
     let request_index = scope.requests.fetch_add(1, Ordering::Relaxed);
-    let request_sha256 = node
-        .audit
-        .as_ref()
-        .map(|_| hashing::json_text_sha256(&body));
-    let result = endpoint
+    let Some(audit) = &node.audit else {
+        return endpoint
+            .send(&body, scope.deadline, |_| {})
+            .await
+            .map(to_wit_response)
+            .map_err(to_wit_error);
+    };
+    let request_sha256 = hashing::json_text_sha256(&body);
+    let call = |attempt: u32| CallRecord {
+        state_id: scope.state_id,
+        row_index: scope.row_index,
+        node_id: scope.node_id,
+        call_index: scope.calls.fetch_add(1, Ordering::Relaxed),
+        endpoint: endpoint.name.clone(),
+        request_index,
+        attempt,
+        request_sha256: request_sha256.clone(),
+        response_sha256: None,
+        status: None,
+        error: None,
+        retry_cause: None,
+        latency_ms: 0,
+        prompt_tokens: None,
+        completion_tokens: None,
+        started_at_ms: now_ms(),
+        replayed: false,
+    };
+    if let Some((response_sha256, answer)) = audit.replay().and_then(|r| {
+        r.answer(
+            scope.row_index,
+            scope.node_id,
+            &endpoint.name,
+            &request_sha256,
+        )
+    }) {
+        audit.record(Record::Call(CallRecord {
+            response_sha256: Some(response_sha256),
+            status: Some(200),
+            replayed: true,
+            ..call(1)
+        }));
+        return Ok(Response {
+            status: 200,
+            body: answer,
+            attempts: 0,
+            latency_ms: 0,
+        });
+    }
+    audit.payload(&request_sha256, || body.clone());
+    endpoint
         .send(&body, scope.deadline, |attempt| {
-            let (Some(audit), Some(request_sha256)) = (&node.audit, &request_sha256) else {
-                return;
-            };
+            let response_sha256 = attempt.body.map(|text| {
+                let sha256 = hashing::json_text_sha256(text);
+                audit.payload(&sha256, || text.to_string());
+                sha256
+            });
             audit.record(Record::Call(CallRecord {
-                state_id: scope.state_id,
-                call_index: scope.calls.fetch_add(1, Ordering::Relaxed),
-                endpoint: endpoint.name.clone(),
-                request_index,
-                attempt: attempt.attempt,
-                request_sha256: request_sha256.clone(),
-                response_sha256: attempt.body.map(hashing::json_text_sha256),
+                response_sha256,
                 status: attempt.status,
                 error: attempt.error,
                 retry_cause: attempt.retry_cause,
@@ -142,15 +194,21 @@ async fn send_one(
                 prompt_tokens: attempt.tokens.map(|t| t.0),
                 completion_tokens: attempt.tokens.map(|t| t.1),
                 started_at_ms: attempt.started_at_ms,
+                ..call(attempt.attempt)
             }));
         })
-        .await;
-    result.map(to_wit_response).map_err(|e| match e {
+        .await
+        .map(to_wit_response)
+        .map_err(to_wit_error)
+}
+
+fn to_wit_error(e: executor::CallError) -> CallError {
+    match e {
         executor::CallError::Denied(m) => CallError::Denied(m),
         executor::CallError::Status(r) => CallError::Status(to_wit_response(r)),
         executor::CallError::DeadlineExceeded(m) => CallError::DeadlineExceeded(m),
         executor::CallError::Transport(m) => CallError::Transport(m),
-    })
+    }
 }
 
 fn to_wit_response(r: executor::Response) -> Response {

@@ -3,19 +3,33 @@
 pub struct NewRun {
     pub pipeline_path: String,
     pub config_sha256: String,
+    pub source_path: String,
+    pub sinks: SinkPaths,
     pub weir_version: String,
 }
 
-pub struct RunEnd {
-    pub status: &'static str,
-    pub rows_total: u64,
-    pub rows_completed: u64,
-    pub rows_failed: u64,
-    /// Rows per terminal outcome, as a JSON object.
-    pub outcomes_json: String,
-    pub summary_json: String,
+/// The files a run writes, as `runs.sinks_json` keeps them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SinkPaths {
+    pub sinks: Vec<String>,
+    pub on_error: Vec<String>,
 }
 
+impl SinkPaths {
+    /// Every file, sinks first: the order of the engine's writers.
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.sinks.iter().chain(&self.on_error)
+    }
+}
+
+/// What the segment that ends a run knows that the database does not.
+pub struct RunEnd {
+    /// Per-endpoint statistics of this segment, as JSON.
+    pub summary_json: String,
+    pub calls_replayed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeRecord {
     pub node_id: usize,
     pub name: String,
@@ -26,6 +40,7 @@ pub struct NodeRecord {
     pub output_fields: Vec<String>,
 }
 
+#[derive(Clone, Debug, PartialEq)]
 pub struct EndpointRecord {
     pub name: String,
     pub kind: String,
@@ -72,6 +87,8 @@ pub struct AttributeRecord {
 
 pub struct CallRecord {
     pub state_id: u64,
+    pub row_index: u64,
+    pub node_id: usize,
     pub call_index: u32,
     pub endpoint: String,
     pub request_index: u32,
@@ -85,6 +102,8 @@ pub struct CallRecord {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub started_at_ms: i64,
+    /// Answered from a payload an earlier segment recorded; nothing was sent.
+    pub replayed: bool,
 }
 
 pub struct OutcomeRecord {
@@ -98,6 +117,20 @@ pub struct OutcomeRecord {
     pub batch_id: Option<u64>,
     /// Where the row was written instead of the sinks (its `on_error` sink).
     pub error_sink: Option<String>,
+}
+
+/// Outcomes of finished rows with the sink positions just past their output:
+/// written in one transaction, so a resume never sees one without the other.
+pub struct CommitRecord {
+    pub outcomes: Vec<OutcomeRecord>,
+    /// Sink path and the bytes it holds once these rows are in.
+    pub checkpoints: Vec<(String, u64)>,
+}
+
+/// A body kept by its hash: a source row, a request, a response, a node output.
+pub struct PayloadRecord {
+    pub sha256: String,
+    pub body: String,
 }
 
 /// Something that happened to an endpoint (its circuit breaker opening, …).
@@ -116,7 +149,12 @@ pub enum Record {
     Batch(BatchRecord),
     Attribute(AttributeRecord),
     Call(CallRecord),
-    Outcome(OutcomeRecord),
+    Commit(CommitRecord),
+    Payload(PayloadRecord),
     EndpointEvent(EndpointEventRecord),
-    RunFinished(RunEnd),
+    /// This process starts its segment of the run, after these many rows
+    /// were already ended by earlier ones.
+    SegmentStarted {
+        rows_skipped: u64,
+    },
 }

@@ -1,21 +1,36 @@
 -- weir audit database. One file holds many runs; every table is keyed by run.
 -- Hashes are SHA-256 hex, over RFC 8785 canonical JSON where the data is JSON.
 -- Times are milliseconds since the Unix epoch. Secrets are never stored: an
--- endpoint's API key appears only as a fingerprint.
+-- endpoint's API key appears only as a fingerprint. AUDIT.md describes it all.
 
 CREATE TABLE IF NOT EXISTS runs (
     run_id          INTEGER PRIMARY KEY,
     pipeline_path   TEXT NOT NULL,
-    config_sha256   TEXT NOT NULL,      -- of the interpolated pipeline file text
+    config_sha256   TEXT NOT NULL,      -- of the pipeline file as written (before ${VAR} interpolation)
+    source_path     TEXT NOT NULL,
+    sinks_json      TEXT NOT NULL,      -- JSON array of sink paths, on_error sinks last
     weir_version    TEXT NOT NULL,
     started_at_ms   INTEGER NOT NULL,
     finished_at_ms  INTEGER,
-    status          TEXT NOT NULL,      -- running | completed | completed_with_failures | aborted
+    status          TEXT NOT NULL,      -- running | completed | completed_with_failures | incomplete
     rows_total      INTEGER,
     rows_completed  INTEGER,
     rows_failed     INTEGER,
     outcomes_json   TEXT,               -- rows per terminal outcome
     summary_json    TEXT                -- per-endpoint statistics (calls, retries, limit over time, …)
+);
+
+-- One per process that worked on the run: the first `weir run`, then each
+-- resume. A segment left `running` was killed.
+CREATE TABLE IF NOT EXISTS segments (
+    run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+    segment         INTEGER NOT NULL,   -- 1 for the first process
+    started_at_ms   INTEGER NOT NULL,
+    finished_at_ms  INTEGER,
+    status          TEXT NOT NULL,      -- running | finished
+    rows_skipped    INTEGER NOT NULL,   -- rows earlier segments had already ended
+    calls_replayed  INTEGER,            -- answers taken from payloads instead of the network
+    PRIMARY KEY (run_id, segment)
 );
 
 CREATE TABLE IF NOT EXISTS nodes (
@@ -48,12 +63,14 @@ CREATE TABLE IF NOT EXISTS rows (
     PRIMARY KEY (run_id, row_index)
 );
 
--- One per row per node it reached.
+-- One per row per node attempt: a row that a killed segment left unfinished
+-- gets another state in the segment that resumes it.
 CREATE TABLE IF NOT EXISTS node_states (
     run_id          INTEGER NOT NULL REFERENCES runs(run_id),
     state_id        INTEGER NOT NULL,
     row_index       INTEGER NOT NULL,
     node_id         INTEGER NOT NULL,
+    segment         INTEGER NOT NULL,
     attempt         INTEGER NOT NULL,
     status          TEXT NOT NULL,        -- completed | failed
     input_sha256    TEXT NOT NULL,
@@ -64,7 +81,7 @@ CREATE TABLE IF NOT EXISTS node_states (
     started_at_ms   INTEGER NOT NULL,
     duration_ms     INTEGER NOT NULL,
     PRIMARY KEY (run_id, state_id),
-    UNIQUE (run_id, row_index, node_id, attempt)
+    UNIQUE (run_id, row_index, node_id, segment, attempt)
 );
 
 -- Named values a guest attached to a node state (template_hash, variables_hash, …).
@@ -76,10 +93,13 @@ CREATE TABLE IF NOT EXISTS node_state_attributes (
     PRIMARY KEY (run_id, state_id, key)
 );
 
--- Every attempt of every external call.
+-- Every attempt of every external call. A call whose node state is missing
+-- was under way when its process was killed.
 CREATE TABLE IF NOT EXISTS calls (
     run_id             INTEGER NOT NULL,
     state_id           INTEGER NOT NULL,
+    row_index          INTEGER NOT NULL,  -- the row whose node state made it
+    node_id            INTEGER NOT NULL,
     call_index         INTEGER NOT NULL,  -- unique within the node state, in order of issue
     endpoint           TEXT NOT NULL,
     request_index      INTEGER NOT NULL,  -- which logical request of the state this attempt serves
@@ -93,8 +113,10 @@ CREATE TABLE IF NOT EXISTS calls (
     prompt_tokens      INTEGER,
     completion_tokens  INTEGER,
     started_at_ms      INTEGER NOT NULL,
+    replayed           INTEGER NOT NULL,  -- 1: answered from the payload an earlier segment recorded, not sent
     PRIMARY KEY (run_id, state_id, call_index)
 );
+CREATE INDEX IF NOT EXISTS calls_by_row ON calls (run_id, row_index);
 
 -- Rows a batching node gave its component together (`batch:` on a transform).
 CREATE TABLE IF NOT EXISTS batches (
@@ -124,7 +146,30 @@ CREATE TABLE IF NOT EXISTS row_outcomes (
     rows_written   INTEGER NOT NULL,      -- output rows written to each sink
     batch_id       INTEGER,               -- the transform batch that consumed it
     error_sink     TEXT,                  -- the on_error sink it was written to
+    segment        INTEGER NOT NULL,
     PRIMARY KEY (run_id, row_index)
+);
+
+-- How far each sink file is known good: the bytes written for the rows whose
+-- outcomes are committed. Updated in the same transaction as those outcomes,
+-- so a resume cuts the file back to here and carries on.
+CREATE TABLE IF NOT EXISTS sink_checkpoints (
+    run_id       INTEGER NOT NULL,
+    path         TEXT NOT NULL,
+    byte_offset  INTEGER NOT NULL,
+    PRIMARY KEY (run_id, path)
+);
+
+-- Bodies by hash: source rows (rows.content_sha256), node outputs
+-- (node_states.output_sha256), requests and responses (calls.*_sha256).
+-- Optional (`audit.payloads: false`) and purgeable (`weir purge RUN`); the
+-- hashes elsewhere stay. A resume answers a request from here instead of
+-- sending it again.
+CREATE TABLE IF NOT EXISTS payloads (
+    run_id  INTEGER NOT NULL,
+    sha256  TEXT NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (run_id, sha256)
 );
 
 -- Changes of an endpoint's state: its circuit breaker opening, half-opening

@@ -3,6 +3,7 @@
 use super::records::*;
 use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
@@ -17,11 +18,14 @@ const LINGER: Duration = Duration::from_millis(50);
 
 pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     conn.execute(
-        "INSERT INTO runs (pipeline_path, config_sha256, weir_version, started_at_ms, status)
-         VALUES (?1, ?2, ?3, ?4, 'running')",
+        "INSERT INTO runs (pipeline_path, config_sha256, source_path, sinks_json, weir_version,
+                           started_at_ms, status)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running')",
         params![
             run.pipeline_path,
             run.config_sha256,
+            run.source_path,
+            serde_json::to_string(&run.sinks)?,
             run.weir_version,
             super::now_ms()
         ],
@@ -29,16 +33,25 @@ pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     Ok(conn.last_insert_rowid())
 }
 
-pub fn run(mut conn: Connection, run_id: i64, rx: Receiver<Record>) -> Result<()> {
+/// Which run and segment the records belong to.
+#[derive(Clone, Copy)]
+pub struct Scope {
+    pub run: i64,
+    pub segment: u32,
+}
+
+/// Writes until every sender is gone, then hands the connection back so the
+/// run's end can be checked against what was written.
+pub fn run(mut conn: Connection, scope: Scope, rx: Receiver<Record>) -> Result<Connection> {
     while let Ok(first) = rx.recv() {
         let tx = conn.transaction()?;
-        write(&tx, run_id, first)?;
+        write(&tx, scope, first)?;
         let mut written = 1;
         let mut open = true;
         while written < BATCH {
             match rx.try_recv() {
                 Ok(record) => {
-                    write(&tx, run_id, record)?;
+                    write(&tx, scope, record)?;
                     written += 1;
                 }
                 Err(TryRecvError::Empty) => break,
@@ -51,7 +64,7 @@ pub fn run(mut conn: Connection, run_id: i64, rx: Receiver<Record>) -> Result<()
         }
         tx.commit()?;
         if !open {
-            return Ok(());
+            break;
         }
         if written < BATCH {
             // `AuditLog::close` unparks this thread, so the end of a run
@@ -59,10 +72,11 @@ pub fn run(mut conn: Connection, run_id: i64, rx: Receiver<Record>) -> Result<()
             std::thread::park_timeout(LINGER);
         }
     }
-    Ok(())
+    Ok(conn)
 }
 
-fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
+fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
+    let Scope { run, segment } = scope;
     match record {
         Record::Node(n) => {
             tx.prepare_cached("INSERT INTO nodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")?
@@ -89,18 +103,21 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
                 ])?;
         }
         Record::Row(r) => {
-            tx.prepare_cached("INSERT INTO rows VALUES (?1, ?2, ?3, ?4)")?
+            // A resumed run reads again the rows its killed segment recorded.
+            tx.prepare_cached("INSERT OR IGNORE INTO rows VALUES (?1, ?2, ?3, ?4)")?
                 .execute(params![run, r.row_index, r.source_line, r.content_sha256])?;
         }
         Record::NodeState(s) => {
             tx.prepare_cached(
-                "INSERT INTO node_states VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                "INSERT INTO node_states
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             )?
             .execute(params![
                 run,
                 s.state_id,
                 s.row_index,
                 s.node_id,
+                segment,
                 s.attempt,
                 s.status,
                 s.input_sha256,
@@ -128,11 +145,14 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
         }
         Record::Call(c) => {
             tx.prepare_cached(
-                "INSERT INTO calls VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                "INSERT INTO calls
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             )?
             .execute(params![
                 run,
                 c.state_id,
+                c.row_index,
+                c.node_id,
                 c.call_index,
                 c.endpoint,
                 c.request_index,
@@ -145,46 +165,123 @@ fn write(tx: &Transaction, run: i64, record: Record) -> Result<()> {
                 c.latency_ms,
                 c.prompt_tokens,
                 c.completion_tokens,
-                c.started_at_ms
+                c.started_at_ms,
+                c.replayed
             ])?;
         }
-        Record::Outcome(o) => {
+        Record::Commit(commit) => {
+            let mut outcome = tx.prepare_cached(
+                "INSERT INTO row_outcomes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            for o in commit.outcomes {
+                outcome.execute(params![
+                    run,
+                    o.row_index,
+                    o.outcome,
+                    o.node_id,
+                    o.error_code,
+                    o.error_message,
+                    o.rows_written,
+                    o.batch_id,
+                    o.error_sink,
+                    segment
+                ])?;
+            }
+            let mut checkpoint =
+                tx.prepare_cached("INSERT OR REPLACE INTO sink_checkpoints VALUES (?1, ?2, ?3)")?;
+            for (path, offset) in commit.checkpoints {
+                checkpoint.execute(params![run, path, offset])?;
+            }
+        }
+        Record::Payload(p) => {
+            tx.prepare_cached("INSERT OR IGNORE INTO payloads VALUES (?1, ?2, ?3)")?
+                .execute(params![run, p.sha256, p.body])?;
+        }
+        Record::SegmentStarted { rows_skipped } => {
             tx.prepare_cached(
-                "INSERT INTO row_outcomes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                "INSERT INTO segments (run_id, segment, started_at_ms, status, rows_skipped)
+                 VALUES (?1, ?2, ?3, 'running', ?4)",
             )?
-            .execute(params![
-                run,
-                o.row_index,
-                o.outcome,
-                o.node_id,
-                o.error_code,
-                o.error_message,
-                o.rows_written,
-                o.batch_id,
-                o.error_sink
-            ])?;
+            .execute(params![run, segment, super::now_ms(), rows_skipped])?;
         }
         Record::EndpointEvent(e) => {
             tx.prepare_cached("INSERT INTO endpoint_events VALUES (?1, ?2, ?3, ?4, ?5)")?
                 .execute(params![run, e.endpoint, e.at_ms, e.event, e.detail])?;
         }
-        Record::RunFinished(end) => {
-            tx.prepare_cached(
-                "UPDATE runs SET finished_at_ms = ?2, status = ?3, rows_total = ?4,
-                 rows_completed = ?5, rows_failed = ?6, summary_json = ?7, outcomes_json = ?8
-                 WHERE run_id = ?1",
-            )?
-            .execute(params![
-                run,
-                super::now_ms(),
-                end.status,
-                end.rows_total,
-                end.rows_completed,
-                end.rows_failed,
-                end.summary_json,
-                end.outcomes_json
-            ])?;
-        }
     }
     Ok(())
+}
+
+/// What the database says of a run once its last segment has written
+/// everything: the source of truth for the run's counts.
+pub struct Totals {
+    /// Source rows recorded.
+    pub rows: u64,
+    /// Rows per terminal outcome.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Rows with no terminal outcome (a bug), the first few of them.
+    pub without_outcome: Vec<u64>,
+    pub without_outcome_count: u64,
+    pub status: &'static str,
+}
+
+/// Checks that every row has its one terminal outcome, then closes the
+/// segment and the run.
+pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
+    let Scope { run, segment } = scope;
+    let rows: u64 = conn.query_row("SELECT count(*) FROM rows WHERE run_id = ?1", [run], |r| {
+        r.get(0)
+    })?;
+    let mut outcomes = BTreeMap::new();
+    let mut stmt = conn
+        .prepare("SELECT outcome, count(*) FROM row_outcomes WHERE run_id = ?1 GROUP BY outcome")?;
+    for pair in stmt.query_map([run], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))? {
+        let (outcome, count) = pair?;
+        outcomes.insert(outcome, count);
+    }
+    let missing = "FROM rows r WHERE r.run_id = ?1 AND NOT EXISTS
+                   (SELECT 1 FROM row_outcomes o WHERE o.run_id = r.run_id AND o.row_index = r.row_index)";
+    let without_outcome_count: u64 =
+        conn.query_row(&format!("SELECT count(*) {missing}"), [run], |r| r.get(0))?;
+    let without_outcome = conn
+        .prepare(&format!(
+            "SELECT r.row_index {missing} ORDER BY r.row_index LIMIT 10"
+        ))?
+        .query_map([run], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<u64>>>()?;
+    let failed = outcomes.get("failed").copied().unwrap_or(0);
+    let status = if without_outcome_count > 0 {
+        "incomplete"
+    } else if failed > 0 {
+        "completed_with_failures"
+    } else {
+        "completed"
+    };
+    let now = super::now_ms();
+    conn.execute(
+        "UPDATE segments SET finished_at_ms = ?3, status = 'finished', calls_replayed = ?4
+         WHERE run_id = ?1 AND segment = ?2",
+        params![run, segment, now, end.calls_replayed],
+    )?;
+    conn.execute(
+        "UPDATE runs SET finished_at_ms = ?2, status = ?3, rows_total = ?4, rows_completed = ?5,
+         rows_failed = ?6, outcomes_json = ?7, summary_json = ?8 WHERE run_id = ?1",
+        params![
+            run,
+            now,
+            status,
+            rows,
+            outcomes.get("completed").copied().unwrap_or(0),
+            failed,
+            serde_json::to_string(&outcomes)?,
+            end.summary_json
+        ],
+    )?;
+    Ok(Totals {
+        rows,
+        outcomes,
+        without_outcome,
+        without_outcome_count,
+        status,
+    })
 }

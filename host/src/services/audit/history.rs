@@ -1,0 +1,469 @@
+//! Reads runs back out of the audit database: the list of runs, and one
+//! row's whole story.
+
+use super::records::SinkPaths;
+use super::{SCHEMA_VERSION, lock::RunLock};
+use anyhow::{Context, Result, bail};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub struct History {
+    conn: Connection,
+    path: PathBuf,
+}
+
+pub struct RunInfo {
+    pub run_id: i64,
+    pub status: String,
+    /// Whether a process works on it right now.
+    pub in_progress: bool,
+    pub pipeline_path: String,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub segments: u32,
+    pub rows: u64,
+    /// Rows per terminal outcome so far.
+    pub outcomes: BTreeMap<String, u64>,
+    pub calls: u64,
+}
+
+impl RunInfo {
+    /// `running` is only true while a process holds the run; a run left
+    /// `running` by a killed process is `interrupted`.
+    pub fn state(&self) -> &str {
+        match self.status.as_str() {
+            "running" if self.in_progress => "running",
+            "running" => "interrupted",
+            other => other,
+        }
+    }
+}
+
+pub struct RowStory {
+    pub run: RunInfo,
+    pub row_index: u64,
+    pub source_line: u64,
+    pub content_sha256: String,
+    pub content: Option<String>,
+    /// In the order they began; includes the work of killed segments.
+    pub states: Vec<StateStory>,
+    pub outcome: Option<OutcomeStory>,
+}
+
+pub struct StateStory {
+    pub state_id: u64,
+    pub node_id: usize,
+    pub node_name: String,
+    /// None when the segment was killed before the node finished the row.
+    pub finished: Option<FinishedState>,
+    pub segment: Option<u32>,
+    pub batch: Option<BatchStory>,
+    pub attributes: Vec<(String, String)>,
+    pub calls: Vec<CallStory>,
+}
+
+pub struct FinishedState {
+    pub status: String,
+    pub input_sha256: String,
+    pub output_sha256: Option<String>,
+    pub output: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub duration_ms: u64,
+}
+
+pub struct BatchStory {
+    pub batch_id: u64,
+    pub mode: String,
+    pub members: Vec<u64>,
+}
+
+pub struct CallStory {
+    pub call_index: u32,
+    pub endpoint: String,
+    pub request_index: u32,
+    pub attempt: u32,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub retry_cause: Option<String>,
+    pub latency_ms: u64,
+    pub tokens: Option<(u64, u64)>,
+    pub replayed: bool,
+    pub request_sha256: String,
+    pub request: Option<String>,
+    pub response_sha256: Option<String>,
+    pub response: Option<String>,
+}
+
+pub struct OutcomeStory {
+    pub outcome: String,
+    pub node_name: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub rows_written: u64,
+    pub batch_id: Option<u64>,
+    pub error_sink: Option<String>,
+    pub segment: u32,
+    /// Where the run writes rows that complete.
+    pub sinks: Vec<String>,
+}
+
+impl History {
+    pub fn open(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            bail!("there is no audit database at {}", path.display());
+        }
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .with_context(|| format!("cannot open the audit database {}", path.display()))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version != SCHEMA_VERSION {
+            bail!(
+                "the audit database {} has schema version {version}; this weir reads version \
+                 {SCHEMA_VERSION}",
+                path.display()
+            );
+        }
+        Ok(Self {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn runs(&self) -> Result<Vec<RunInfo>> {
+        let ids = self
+            .conn
+            .prepare("SELECT run_id FROM runs ORDER BY run_id")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()?;
+        ids.into_iter().map(|id| self.run(id)).collect()
+    }
+
+    pub fn run(&self, run_id: i64) -> Result<RunInfo> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT status, pipeline_path, started_at_ms, finished_at_ms FROM runs
+                 WHERE run_id = ?1",
+                [run_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        let Some((status, pipeline_path, started_at_ms, finished_at_ms)) = found else {
+            bail!("there is no run {run_id} in {}", self.path.display());
+        };
+        let count =
+            |sql: &str| -> Result<u64> { Ok(self.conn.query_row(sql, [run_id], |r| r.get(0))?) };
+        let mut outcomes = BTreeMap::new();
+        let mut stmt = self.conn.prepare(
+            "SELECT outcome, count(*) FROM row_outcomes WHERE run_id = ?1 GROUP BY outcome",
+        )?;
+        for pair in stmt.query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))? {
+            let (outcome, n): (String, u64) = pair?;
+            outcomes.insert(outcome, n);
+        }
+        Ok(RunInfo {
+            run_id,
+            status,
+            in_progress: RunLock::is_held(&self.path, run_id),
+            pipeline_path,
+            started_at_ms,
+            finished_at_ms,
+            segments: count("SELECT count(*) FROM segments WHERE run_id = ?1")? as u32,
+            rows: count("SELECT count(*) FROM rows WHERE run_id = ?1")?,
+            outcomes,
+            calls: count("SELECT count(*) FROM calls WHERE run_id = ?1")?,
+        })
+    }
+
+    pub fn row(&self, run_id: i64, row_index: u64) -> Result<RowStory> {
+        let run = self.run(run_id)?;
+        let found: Option<(u64, String)> = self
+            .conn
+            .query_row(
+                "SELECT source_line, content_sha256 FROM rows WHERE run_id = ?1 AND row_index = ?2",
+                params![run_id, row_index],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((source_line, content_sha256)) = found else {
+            bail!(
+                "run {run_id} has no row {row_index} (it read {} rows; rows count from 0)",
+                run.rows
+            );
+        };
+        Ok(RowStory {
+            content: self.payload(run_id, &content_sha256)?,
+            states: self.states(run_id, row_index)?,
+            outcome: self.outcome(run_id, row_index)?,
+            run,
+            row_index,
+            source_line,
+            content_sha256,
+        })
+    }
+
+    fn payload(&self, run_id: i64, sha256: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT body FROM payloads WHERE run_id = ?1 AND sha256 = ?2")?
+            .query_row(params![run_id, sha256], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn node_name(&self, run_id: i64, node_id: usize) -> Result<String> {
+        Ok(self
+            .conn
+            .prepare_cached("SELECT name FROM nodes WHERE run_id = ?1 AND node_id = ?2")?
+            .query_row(params![run_id, node_id], |r| r.get(0))
+            .optional()?
+            .unwrap_or_else(|| format!("#{node_id}")))
+    }
+
+    /// Finished node states of the row, and the states only its calls tell of
+    /// (a killed segment's).
+    fn states(&self, run_id: i64, row_index: u64) -> Result<Vec<StateStory>> {
+        let ids = self
+            .conn
+            .prepare(
+                "SELECT state_id, node_id FROM node_states WHERE run_id = ?1 AND row_index = ?2
+                 UNION SELECT state_id, node_id FROM calls WHERE run_id = ?1 AND row_index = ?2
+                 ORDER BY state_id",
+            )?
+            .query_map(params![run_id, row_index], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<Vec<(u64, usize)>>>()?;
+        let mut states = Vec::with_capacity(ids.len());
+        for (state_id, node_id) in ids {
+            states.push(self.state(run_id, state_id, node_id)?);
+        }
+        Ok(states)
+    }
+
+    fn state(&self, run_id: i64, state_id: u64, node_id: usize) -> Result<StateStory> {
+        type Row = (
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            u64,
+            u32,
+            Option<u64>,
+        );
+        let row: Option<Row> = self
+            .conn
+            .query_row(
+                "SELECT status, input_sha256, output_sha256, error_code, error_message,
+                        duration_ms, segment, batch_id
+                 FROM node_states WHERE run_id = ?1 AND state_id = ?2",
+                params![run_id, state_id],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let (finished, segment, batch) = match row {
+            Some((
+                status,
+                input_sha256,
+                output_sha256,
+                error_code,
+                error_message,
+                duration_ms,
+                segment,
+                batch_id,
+            )) => {
+                let output = match &output_sha256 {
+                    Some(sha) => self.payload(run_id, sha)?,
+                    None => None,
+                };
+                let batch = match batch_id {
+                    Some(id) => Some(self.batch(run_id, id)?),
+                    None => None,
+                };
+                (
+                    Some(FinishedState {
+                        status,
+                        input_sha256,
+                        output_sha256,
+                        output,
+                        error_code,
+                        error_message,
+                        duration_ms,
+                    }),
+                    Some(segment),
+                    batch,
+                )
+            }
+            None => (None, None, None),
+        };
+        let attributes = self
+            .conn
+            .prepare(
+                "SELECT key, value FROM node_state_attributes WHERE run_id = ?1 AND state_id = ?2
+                 ORDER BY key",
+            )?
+            .query_map(params![run_id, state_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(StateStory {
+            state_id,
+            node_id,
+            node_name: self.node_name(run_id, node_id)?,
+            finished,
+            segment,
+            batch,
+            attributes,
+            calls: self.calls(run_id, state_id)?,
+        })
+    }
+
+    fn batch(&self, run_id: i64, batch_id: u64) -> Result<BatchStory> {
+        let mode = self.conn.query_row(
+            "SELECT mode FROM batches WHERE run_id = ?1 AND batch_id = ?2",
+            params![run_id, batch_id],
+            |r| r.get(0),
+        )?;
+        let members = self
+            .conn
+            .prepare(
+                "SELECT row_index FROM batch_members WHERE run_id = ?1 AND batch_id = ?2
+                 ORDER BY row_index",
+            )?
+            .query_map(params![run_id, batch_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(BatchStory {
+            batch_id,
+            mode,
+            members,
+        })
+    }
+
+    fn calls(&self, run_id: i64, state_id: u64) -> Result<Vec<CallStory>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT call_index, endpoint, request_index, attempt, status, error, retry_cause,
+                    latency_ms, prompt_tokens, completion_tokens, replayed, request_sha256,
+                    response_sha256
+             FROM calls WHERE run_id = ?1 AND state_id = ?2 ORDER BY call_index",
+        )?;
+        let calls = stmt
+            .query_map(params![run_id, state_id], |r| {
+                let prompt: Option<u64> = r.get(8)?;
+                let completion: Option<u64> = r.get(9)?;
+                Ok(CallStory {
+                    call_index: r.get(0)?,
+                    endpoint: r.get(1)?,
+                    request_index: r.get(2)?,
+                    attempt: r.get(3)?,
+                    status: r.get(4)?,
+                    error: r.get(5)?,
+                    retry_cause: r.get(6)?,
+                    latency_ms: r.get(7)?,
+                    tokens: prompt.zip(completion),
+                    replayed: r.get(10)?,
+                    request_sha256: r.get(11)?,
+                    request: None,
+                    response_sha256: r.get(12)?,
+                    response: None,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        calls
+            .into_iter()
+            .map(|mut call| {
+                call.request = self.payload(run_id, &call.request_sha256)?;
+                if let Some(sha) = &call.response_sha256 {
+                    call.response = self.payload(run_id, sha)?;
+                }
+                Ok(call)
+            })
+            .collect()
+    }
+
+    fn outcome(&self, run_id: i64, row_index: u64) -> Result<Option<OutcomeStory>> {
+        type Row = (
+            String,
+            Option<usize>,
+            Option<String>,
+            Option<String>,
+            u64,
+            Option<u64>,
+            Option<String>,
+            u32,
+        );
+        let row: Option<Row> = self
+            .conn
+            .query_row(
+                "SELECT outcome, node_id, error_code, error_message, rows_written, batch_id,
+                        error_sink, segment
+                 FROM row_outcomes WHERE run_id = ?1 AND row_index = ?2",
+                params![run_id, row_index],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((
+            outcome,
+            node_id,
+            error_code,
+            error_message,
+            rows_written,
+            batch_id,
+            error_sink,
+            segment,
+        )) = row
+        else {
+            return Ok(None);
+        };
+        let sinks_json: String = self.conn.query_row(
+            "SELECT sinks_json FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )?;
+        Ok(Some(OutcomeStory {
+            outcome,
+            node_name: match node_id {
+                Some(id) => Some(self.node_name(run_id, id)?),
+                None => None,
+            },
+            error_code,
+            error_message,
+            rows_written,
+            batch_id,
+            error_sink,
+            segment,
+            sinks: serde_json::from_str::<SinkPaths>(&sinks_json)
+                .map(|s| s.sinks)
+                .unwrap_or_default(),
+        }))
+    }
+
+    /// Deletes the run's payloads; every hash stays. Returns how many went.
+    pub fn purge(path: &Path, run_id: i64) -> Result<usize> {
+        let history = Self::open(path)?;
+        history.run(run_id)?;
+        drop(history);
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let deleted = conn.execute("DELETE FROM payloads WHERE run_id = ?1", [run_id])?;
+        Ok(deleted)
+    }
+}
