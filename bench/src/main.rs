@@ -3,6 +3,7 @@
 //!
 //!   cargo run --release -p weir-bench
 
+mod audit;
 mod guest;
 mod throughput;
 
@@ -28,5 +29,6 @@ async fn main() -> anyhow::Result<()> {
     println!("weir benchmark — test LLM server on loopback (a test tool, not a model)");
     guest::report().await?;
     throughput::report(&args).await?;
+    audit::report(&args).await?;
     Ok(())
 }

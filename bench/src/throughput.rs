@@ -117,34 +117,11 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
 
 async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("weir-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let mut csv = String::from("id,text\n");
-    for i in 0..scenario.rows {
-        csv.push_str(&format!(
-            "{i},\"review number {i}: the product was fine, shipping was quick\"\n"
-        ));
-    }
-    std::fs::write(dir.join("rows.csv"), csv)?;
     let server = TestLlmServer::start(scenario.script.clone()).await?;
     let server_started = Instant::now();
-    let endpoint: String = scenario
-        .endpoint
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect();
-    let pipeline = dir.join("pipeline.yaml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "source:\n  path: rows.csv\nendpoints:\n  llm:\n    base_url: {}\n    api_key: bench\n{endpoint}\
-             transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    \
-             options:\n      template: \"{{{{ row.text }}}}\"\nsinks:\n  - path: out.csv\n",
-            server.base_url()
-        ),
-    )?;
+    let pipeline = write_pipeline(&dir, scenario.rows, &server.base_url(), scenario.endpoint)?;
     let started = Instant::now();
-    let usage = run_child(weir, &pipeline).await?;
+    let usage = run_child(weir, &pipeline, &[]).await?;
     let wall = started.elapsed().as_secs_f64();
     let served = server.served();
     let rows = scenario.rows as f64;
@@ -214,6 +191,36 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// A fresh folder with `rows` generated CSV rows and a one-node pipeline
+/// against `base_url`; returns the pipeline's path.
+pub fn write_pipeline(
+    dir: &Path,
+    rows: usize,
+    base_url: &str,
+    endpoint: &str,
+) -> anyhow::Result<PathBuf> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let mut csv = String::from("id,text\n");
+    for i in 0..rows {
+        csv.push_str(&format!(
+            "{i},\"review number {i}: the product was fine, shipping was quick\"\n"
+        ));
+    }
+    std::fs::write(dir.join("rows.csv"), csv)?;
+    let endpoint: String = endpoint.lines().map(|l| format!("    {l}\n")).collect();
+    let pipeline = dir.join("pipeline.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "source:\n  path: rows.csv\nendpoints:\n  llm:\n    base_url: {base_url}\n    api_key: bench\n{endpoint}\
+             transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    \
+             options:\n      template: \"{{{{ row.text }}}}\"\nsinks:\n  - path: out.csv\n"
+        ),
+    )?;
+    Ok(pipeline)
 }
 
 /// Where the wall time of a run went: before the first request reached the
@@ -290,24 +297,27 @@ fn recovery(
         .map(|i| times[i] - at)
 }
 
-fn default_weir() -> PathBuf {
+pub fn default_weir() -> PathBuf {
     let exe = std::env::current_exe().expect("own path");
     exe.with_file_name("weir")
 }
 
-struct Usage {
-    user: f64,
-    system: f64,
-    max_rss_kib: i64,
+pub struct Usage {
+    pub user: f64,
+    pub system: f64,
+    pub max_rss_kib: i64,
 }
 
-/// Runs `weir run` and reads that child's own rusage (CPU time, peak RSS).
-async fn run_child(weir: &Path, pipeline: &Path) -> anyhow::Result<Usage> {
+/// Runs `weir run` (with `extra` arguments) and reads that child's own
+/// rusage (CPU time, peak RSS).
+pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::Result<Usage> {
     let weir = weir.to_path_buf();
     let pipeline = pipeline.to_path_buf();
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let child = std::process::Command::new(&weir)
             .args(["run", "--no-progress"])
+            .args(&extra)
             .arg(&pipeline)
             .stderr(std::process::Stdio::null())
             .spawn()?;

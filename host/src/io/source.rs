@@ -43,8 +43,12 @@ pub fn open_source(file: &DataFile) -> Result<SourceReader> {
 }
 
 fn csv_rows(handle: File, name: &str) -> Result<SourceReader> {
+    // Records end at `\n` only: with the default, a CRLF file's `\n` starts
+    // the next record and every row would report the line before its own.
+    // The `\r` it leaves on the last field is cut by `last_field`.
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
+        .terminator(csv::Terminator::Any(b'\n'))
         .from_reader(BufReader::new(handle));
     let header = reader
         .byte_headers()
@@ -52,7 +56,9 @@ fn csv_rows(handle: File, name: &str) -> Result<SourceReader> {
         .clone();
     let mut columns = Vec::with_capacity(header.len());
     let mut seen = HashSet::new();
+    let last = header.len().saturating_sub(1);
     for (i, raw) in header.iter().enumerate() {
+        let raw = if i == last { last_field(raw) } else { raw };
         let Ok(column) = std::str::from_utf8(raw) else {
             bail!(
                 "{name}:1: column {} of the header is not valid UTF-8",
@@ -105,7 +111,9 @@ fn csv_row(columns: &[String], record: &csv::ByteRecord) -> Result<Row, RowError
         ));
     }
     let mut row = Row::with_capacity(columns.len());
-    for (column, raw) in columns.iter().zip(record.iter()) {
+    let last = columns.len().saturating_sub(1);
+    for (i, (column, raw)) in columns.iter().zip(record.iter()).enumerate() {
+        let raw = if i == last { last_field(raw) } else { raw };
         let value = std::str::from_utf8(raw).map_err(|_| {
             RowError::new(
                 "source_invalid",
@@ -115,6 +123,11 @@ fn csv_row(columns: &[String], record: &csv::ByteRecord) -> Result<Row, RowError
         row.insert(column.clone(), Value::String(value.to_string()));
     }
     Ok(row)
+}
+
+/// The last field of a CRLF line still holds the `\r`.
+fn last_field(raw: &[u8]) -> &[u8] {
+    raw.strip_suffix(b"\r").unwrap_or(raw)
 }
 
 fn jsonl_rows(mut reader: impl BufRead + Send + 'static) -> impl Iterator<Item = SourceRow> + Send {
@@ -191,6 +204,27 @@ mod tests {
         let reader = open_source(&DataFile { path, format }).unwrap();
         let columns = reader.columns.clone();
         (columns, reader.collect())
+    }
+
+    #[test]
+    fn crlf_csv_rows_report_their_own_lines_and_lose_the_cr() {
+        let (columns, rows) = read(
+            Format::Csv,
+            b"id,text\r\n1,\"two\r\nlines\"\r\n2,plain\r\n3,\"quoted\"\r\n",
+        );
+        assert_eq!(columns.unwrap(), vec!["id", "text"]);
+        let lines: Vec<u64> = rows.iter().map(|r| r.line).collect();
+        assert_eq!(lines, vec![2, 4, 5]);
+        let texts: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                r.row.as_ref().unwrap()["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(texts, vec!["two\r\nlines", "plain", "quoted"]);
     }
 
     #[test]

@@ -234,12 +234,18 @@ impl History {
             .collect::<rusqlite::Result<Vec<(u64, usize)>>>()?;
         let mut states = Vec::with_capacity(ids.len());
         for (state_id, node_id) in ids {
-            states.push(self.state(run_id, state_id, node_id)?);
+            states.push(self.state(run_id, row_index, state_id, node_id)?);
         }
         Ok(states)
     }
 
-    fn state(&self, run_id: i64, state_id: u64, node_id: usize) -> Result<StateStory> {
+    fn state(
+        &self,
+        run_id: i64,
+        row_index: u64,
+        state_id: u64,
+        node_id: usize,
+    ) -> Result<StateStory> {
         type Row = (
             String,
             String,
@@ -322,7 +328,7 @@ impl History {
             segment,
             batch,
             attributes,
-            calls: self.calls(run_id, state_id)?,
+            calls: self.calls(run_id, row_index, state_id)?,
         })
     }
 
@@ -347,15 +353,16 @@ impl History {
         })
     }
 
-    fn calls(&self, run_id: i64, state_id: u64) -> Result<Vec<CallStory>> {
+    fn calls(&self, run_id: i64, row_index: u64, state_id: u64) -> Result<Vec<CallStory>> {
         let mut stmt = self.conn.prepare(
             "SELECT call_index, endpoint, request_index, attempt, status, error, retry_cause,
                     latency_ms, prompt_tokens, completion_tokens, replayed, request_sha256,
                     response_sha256
-             FROM calls WHERE run_id = ?1 AND state_id = ?2 ORDER BY call_index",
+             FROM calls WHERE run_id = ?1 AND row_index = ?2 AND state_id = ?3
+             ORDER BY call_index",
         )?;
         let calls = stmt
-            .query_map(params![run_id, state_id], |r| {
+            .query_map(params![run_id, row_index, state_id], |r| {
                 let prompt: Option<u64> = r.get(8)?;
                 let completion: Option<u64> = r.get(9)?;
                 Ok(CallStory {

@@ -1,4 +1,7 @@
 -- weir audit database. One file holds many runs; every table is keyed by run.
+-- Tables written once per row or call are WITHOUT ROWID: one B-tree each
+-- instead of a table and its key's index. Payloads are the exception: their
+-- bodies are large and their keys random, which suits a rowid table.
 -- Hashes are SHA-256 hex, over RFC 8785 canonical JSON where the data is JSON.
 -- Times are milliseconds since the Unix epoch. Secrets are never stored: an
 -- endpoint's API key appears only as a fingerprint. AUDIT.md describes it all.
@@ -61,7 +64,7 @@ CREATE TABLE IF NOT EXISTS rows (
     source_line     INTEGER NOT NULL,     -- 1-based line where the row starts
     content_sha256  TEXT NOT NULL,
     PRIMARY KEY (run_id, row_index)
-);
+) WITHOUT ROWID;
 
 -- One per row per node attempt: a row that a killed segment left unfinished
 -- gets another state in the segment that resumes it.
@@ -80,9 +83,8 @@ CREATE TABLE IF NOT EXISTS node_states (
     batch_id        INTEGER,              -- the batch it went through the node in
     started_at_ms   INTEGER NOT NULL,
     duration_ms     INTEGER NOT NULL,
-    PRIMARY KEY (run_id, state_id),
-    UNIQUE (run_id, row_index, node_id, segment, attempt)
-);
+    PRIMARY KEY (run_id, state_id)
+) WITHOUT ROWID;
 
 -- Named values a guest attached to a node state (template_hash, variables_hash, …).
 CREATE TABLE IF NOT EXISTS node_state_attributes (
@@ -91,7 +93,7 @@ CREATE TABLE IF NOT EXISTS node_state_attributes (
     key       TEXT NOT NULL,
     value     TEXT NOT NULL,
     PRIMARY KEY (run_id, state_id, key)
-);
+) WITHOUT ROWID;
 
 -- Every attempt of every external call. A call whose node state is missing
 -- was under way when its process was killed.
@@ -114,9 +116,9 @@ CREATE TABLE IF NOT EXISTS calls (
     completion_tokens  INTEGER,
     started_at_ms      INTEGER NOT NULL,
     replayed           INTEGER NOT NULL,  -- 1: answered from the payload an earlier segment recorded, not sent
-    PRIMARY KEY (run_id, state_id, call_index)
-);
-CREATE INDEX IF NOT EXISTS calls_by_row ON calls (run_id, row_index);
+    -- Keyed by row first, so a row's calls are found without another index.
+    PRIMARY KEY (run_id, row_index, state_id, call_index)
+) WITHOUT ROWID;
 
 -- Rows a batching node gave its component together (`batch:` on a transform).
 CREATE TABLE IF NOT EXISTS batches (
@@ -133,7 +135,7 @@ CREATE TABLE IF NOT EXISTS batch_members (
     batch_id   INTEGER NOT NULL,
     row_index  INTEGER NOT NULL,
     PRIMARY KEY (run_id, batch_id, row_index)
-);
+) WITHOUT ROWID;
 
 -- Exactly one per source row.
 CREATE TABLE IF NOT EXISTS row_outcomes (
@@ -148,7 +150,7 @@ CREATE TABLE IF NOT EXISTS row_outcomes (
     error_sink     TEXT,                  -- the on_error sink it was written to
     segment        INTEGER NOT NULL,
     PRIMARY KEY (run_id, row_index)
-);
+) WITHOUT ROWID;
 
 -- How far each sink file is known good: the bytes written for the rows whose
 -- outcomes are committed. Updated in the same transaction as those outcomes,
@@ -158,7 +160,7 @@ CREATE TABLE IF NOT EXISTS sink_checkpoints (
     path         TEXT NOT NULL,
     byte_offset  INTEGER NOT NULL,
     PRIMARY KEY (run_id, path)
-);
+) WITHOUT ROWID;
 
 -- Bodies by hash: source rows (rows.content_sha256), node outputs
 -- (node_states.output_sha256), requests and responses (calls.*_sha256).

@@ -1,0 +1,83 @@
+//! What the audit trail costs: the same run against a zero-latency server
+//! without an audit trail, with hashes only, and with payloads (the default),
+//! interleaved so that drift in the machine's load hits every mode alike.
+
+use crate::Args;
+use crate::throughput::{default_weir, run_child, write_pipeline};
+use std::time::Instant;
+use weir_test_llm_server::{Script, TestLlmServer};
+
+const NAME: &str = "audit cost, zero latency";
+const ROUNDS: usize = 5;
+
+struct Mode {
+    name: &'static str,
+    args: &'static [&'static str],
+    payloads: bool,
+}
+
+const MODES: [Mode; 3] = [
+    Mode {
+        name: "no audit trail (--no-audit)",
+        args: &["--no-audit"],
+        payloads: false,
+    },
+    Mode {
+        name: "audit, hashes only (payloads: false)",
+        args: &[],
+        payloads: false,
+    },
+    Mode {
+        name: "audit with payloads (default)",
+        args: &[],
+        payloads: true,
+    },
+];
+
+pub async fn report(args: &Args) -> anyhow::Result<()> {
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|only| !NAME.contains(only.as_str()))
+    {
+        return Ok(());
+    }
+    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let server = TestLlmServer::start(Script::default()).await?;
+    let rows = args.rows;
+    let dir = std::env::temp_dir().join(format!("weir-bench-audit-{}", std::process::id()));
+    println!("\n{NAME}: {rows} rows, pool 32, median of {ROUNDS} interleaved rounds");
+    let mut samples: Vec<Vec<(f64, f64)>> = vec![Vec::new(); MODES.len()];
+    for _ in 0..ROUNDS {
+        for (mode, samples) in MODES.iter().zip(samples.iter_mut()) {
+            let pipeline = write_pipeline(&dir, rows, &server.base_url(), "pool_size: 32")?;
+            if !mode.payloads {
+                let text = std::fs::read_to_string(&pipeline)?;
+                std::fs::write(&pipeline, format!("{text}audit:\n  payloads: false\n"))?;
+            }
+            let started = Instant::now();
+            let usage = run_child(&weir, &pipeline, mode.args).await?;
+            let wall = started.elapsed().as_secs_f64();
+            samples.push((
+                rows as f64 / wall,
+                (usage.user + usage.system) * 1e3 / rows as f64,
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let base = median(samples[0].iter().map(|s| s.0).collect());
+    for (mode, samples) in MODES.iter().zip(samples) {
+        let throughput = median(samples.iter().map(|s| s.0).collect());
+        let cpu = median(samples.iter().map(|s| s.1).collect());
+        println!(
+            "    {:<38} {throughput:>7.0} rows/s ({:>+5.1} % vs no audit), CPU {cpu:.3} ms per row",
+            mode.name,
+            (throughput / base - 1.0) * 100.0
+        );
+    }
+    Ok(())
+}
