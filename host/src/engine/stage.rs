@@ -3,10 +3,9 @@
 
 use super::setup::Node;
 use crate::config::BatchMode;
-use crate::hashing;
 use crate::runtime::RowScope;
 use crate::runtime::bindings::Outcome;
-use crate::services::audit::{AuditLog, BatchRecord, NodeStateRecord, Record, now_ms};
+use crate::services::audit::{AuditLog, BatchRecord, Json, NodeStateRecord, Record, now_ms};
 use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -106,6 +105,7 @@ impl Node {
             );
         }
         let outcomes = self.run_guest(&input, scopes).await;
+        let input_texts = input;
         let results: Vec<Result<Vec<Row>, RowError>> = spans
             .iter()
             .map(|span| match &outcomes {
@@ -124,11 +124,19 @@ impl Node {
             let flow = flows[i].as_mut().expect("each flow once");
             let input = std::mem::replace(&mut flow.state, Ok(Vec::new())).unwrap_or_default();
             if let Some(audit) = &audit {
+                // The texts that crossed the boundary are what the audit
+                // hashes, on its own thread.
+                let texts = Texts {
+                    input: input_texts[spans[k].clone()].to_vec(),
+                    output: match (&outcomes, &result) {
+                        (Ok(outcomes), Ok(_)) => Some(output_texts(&outcomes[spans[k].clone()])),
+                        _ => None,
+                    },
+                };
                 let record = self.state_record(
-                    audit,
                     state_ids[k],
                     flow,
-                    &input,
+                    texts,
                     &result,
                     batch_id,
                     started_at_ms,
@@ -173,23 +181,17 @@ impl Node {
     #[allow(clippy::too_many_arguments)]
     fn state_record(
         &self,
-        audit: &AuditLog,
         state_id: u64,
         flow: &Flow,
-        input: &[Row],
+        texts: Texts,
         result: &Result<Vec<Row>, RowError>,
         batch_id: Option<u64>,
         started_at_ms: i64,
         started: Instant,
     ) -> NodeStateRecord {
-        let (status, output_sha256, error) = match result {
-            Ok(out) => {
-                let text = hashing::canonical_text(out);
-                let sha256 = hashing::sha256_hex(&text);
-                audit.payload(&sha256, || text);
-                ("completed", Some(sha256), None)
-            }
-            Err(e) => ("failed", None, Some(e)),
+        let (status, error) = match result {
+            Ok(_) => ("completed", None),
+            Err(e) => ("failed", Some(e)),
         };
         NodeStateRecord {
             state_id,
@@ -197,8 +199,8 @@ impl Node {
             node_id: self.index,
             attempt: 1,
             status,
-            input_sha256: hashing::canonical_sha256(&input),
-            output_sha256,
+            input: Json::Array(texts.input),
+            output: texts.output.map(Json::Array),
             error_code: error.map(|e| e.code.clone()),
             error_message: error.map(|e| e.message.clone()),
             batch_id,
@@ -238,6 +240,23 @@ impl Node {
             )),
         }
     }
+}
+
+/// A node state's rows as JSON text: as the guest got them, and as it
+/// returned them.
+struct Texts {
+    input: Vec<String>,
+    output: Option<Vec<String>>,
+}
+
+fn output_texts(outcomes: &[Outcome]) -> Vec<String> {
+    outcomes
+        .iter()
+        .flat_map(|o| match o {
+            Outcome::Rows(texts) => texts.clone(),
+            Outcome::Failed(_) => Vec::new(),
+        })
+        .collect()
 }
 
 /// All of a source row's outputs, or its first error: a row is never half done.

@@ -3,7 +3,7 @@
 
 use super::bindings::{self, CallError, Level, Request, Response};
 use crate::hashing;
-use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Record, now_ms};
+use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Json, Record, now_ms};
 use crate::services::executor::{self, Endpoint};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -136,8 +136,8 @@ async fn send_one(
             .map(to_wit_response)
             .map_err(to_wit_error);
     };
-    let request_sha256 = hashing::json_text_sha256(&body);
-    let call = |attempt: u32| CallRecord {
+    let request: Arc<str> = Arc::from(body.as_str());
+    let call = |attempt: u32, request: Json| CallRecord {
         state_id: scope.state_id,
         row_index: scope.row_index,
         node_id: scope.node_id,
@@ -145,8 +145,8 @@ async fn send_one(
         endpoint: endpoint.name.clone(),
         request_index,
         attempt,
-        request_sha256: request_sha256.clone(),
-        response_sha256: None,
+        request,
+        response: None,
         status: None,
         error: None,
         retry_cause: None,
@@ -156,37 +156,34 @@ async fn send_one(
         started_at_ms: now_ms(),
         replayed: false,
     };
-    if let Some((response_sha256, answer)) = audit.replay().and_then(|r| {
-        r.answer(
+    if let Some(replay) = audit.replay() {
+        // Only a resumed run hashes here: the hash is what it looks up.
+        let request_sha256 = hashing::json_text_sha256(&body);
+        let answer = replay.answer(
             scope.row_index,
             scope.node_id,
             &endpoint.name,
             &request_sha256,
-        )
-    }) {
-        audit.record(Record::Call(CallRecord {
-            response_sha256: Some(response_sha256),
-            status: Some(200),
-            replayed: true,
-            ..call(1)
-        }));
-        return Ok(Response {
-            status: 200,
-            body: answer,
-            attempts: 0,
-            latency_ms: 0,
-        });
+        );
+        if let Some((response_sha256, answer)) = answer {
+            audit.record(Record::Call(CallRecord {
+                response: Some(Json::Hashed(response_sha256)),
+                status: Some(200),
+                replayed: true,
+                ..call(1, Json::Hashed(request_sha256))
+            }));
+            return Ok(Response {
+                status: 200,
+                body: answer,
+                attempts: 0,
+                latency_ms: 0,
+            });
+        }
     }
-    audit.payload(&request_sha256, || body.clone());
     endpoint
         .send(&body, scope.deadline, |attempt| {
-            let response_sha256 = attempt.body.map(|text| {
-                let sha256 = hashing::json_text_sha256(text);
-                audit.payload(&sha256, || text.to_string());
-                sha256
-            });
             audit.record(Record::Call(CallRecord {
-                response_sha256,
+                response: attempt.body.map(|text| Json::Text(Arc::from(text))),
                 status: attempt.status,
                 error: attempt.error,
                 retry_cause: attempt.retry_cause,
@@ -194,7 +191,7 @@ async fn send_one(
                 prompt_tokens: attempt.tokens.map(|t| t.0),
                 completion_tokens: attempt.tokens.map(|t| t.1),
                 started_at_ms: attempt.started_at_ms,
-                ..call(attempt.attempt)
+                ..call(attempt.attempt, Json::Text(Arc::clone(&request)))
             }));
         })
         .await

@@ -52,8 +52,9 @@ impl AuditLog {
         let scope = Scope {
             run: run_id,
             segment: 1,
+            payloads,
         };
-        Self::start(conn, scope, (1, 1), payloads, None, lock)
+        Self::start(conn, scope, (1, 1), None, lock)
     }
 
     /// Opens the database to carry on run `run_id` (or the latest unfinished
@@ -75,9 +76,10 @@ impl AuditLog {
         let scope = Scope {
             run: run_id,
             segment: point.segment,
+            payloads,
         };
         let next = (point.next_state_id, point.next_batch_id);
-        let log = Self::start(conn, scope, next, payloads, Some(replay), lock)?;
+        let log = Self::start(conn, scope, next, Some(replay), lock)?;
         Ok((log, point))
     }
 
@@ -85,7 +87,6 @@ impl AuditLog {
         conn: Connection,
         scope: Scope,
         (next_state, next_batch): (u64, u64),
-        payloads: bool,
         replay: Option<Replay>,
         lock: RunLock,
     ) -> Result<Self> {
@@ -100,7 +101,7 @@ impl AuditLog {
             next_state: AtomicU64::new(next_state),
             next_batch: AtomicU64::new(next_batch),
             broken: Default::default(),
-            payloads,
+            payloads: scope.payloads,
             replay,
             lock: Some(lock),
         })

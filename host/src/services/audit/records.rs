@@ -1,5 +1,19 @@
 //! What the host tells the audit trail, one variant per table.
 
+use std::sync::Arc;
+
+/// JSON the audit trail records by its canonical hash. The writer thread
+/// canonicalizes and hashes it (and keeps it, when payloads are kept), so the
+/// pipeline's own thread never does.
+pub enum Json {
+    /// Hashed already: the hash.
+    Hashed(String),
+    /// A JSON document as text.
+    Text(Arc<str>),
+    /// JSON texts that form an array together (a node's input or output rows).
+    Array(Vec<String>),
+}
+
 pub struct NewRun {
     pub pipeline_path: String,
     pub config_sha256: String,
@@ -61,8 +75,10 @@ pub struct NodeStateRecord {
     pub node_id: usize,
     pub attempt: u32,
     pub status: &'static str,
-    pub input_sha256: String,
-    pub output_sha256: Option<String>,
+    /// The rows as the node received them.
+    pub input: Json,
+    /// The rows it returned, when it succeeded.
+    pub output: Option<Json>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     /// The batch the row went through this node in, if the node batches.
@@ -93,8 +109,8 @@ pub struct CallRecord {
     pub endpoint: String,
     pub request_index: u32,
     pub attempt: u32,
-    pub request_sha256: String,
-    pub response_sha256: Option<String>,
+    pub request: Json,
+    pub response: Option<Json>,
     pub status: Option<u16>,
     pub error: Option<String>,
     pub retry_cause: Option<&'static str>,

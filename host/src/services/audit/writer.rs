@@ -1,6 +1,7 @@
 //! The writer thread: drains the queue into one transaction per burst.
 
 use super::records::*;
+use crate::hashing;
 use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
 use std::collections::BTreeMap;
@@ -40,6 +41,32 @@ pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
 pub struct Scope {
     pub run: i64,
     pub segment: u32,
+    /// Keep the bodies of hashed JSON in `payloads`.
+    pub payloads: bool,
+}
+
+/// The canonical hash of `json`, keeping its body first when payloads are kept.
+fn hash(tx: &Transaction, scope: Scope, json: Json) -> Result<String> {
+    let (sha256, body) = match json {
+        Json::Hashed(sha256) => return Ok(sha256),
+        Json::Text(text) => {
+            let sha256 = hashing::json_text_sha256(&text);
+            (sha256, text.to_string())
+        }
+        Json::Array(texts) => {
+            let values: Vec<serde_json::Value> = texts
+                .iter()
+                .map(|t| serde_json::from_str(t).unwrap_or(serde_json::Value::String(t.clone())))
+                .collect();
+            let body = hashing::canonical_text(&values);
+            (hashing::sha256_hex(&body), body)
+        }
+    };
+    if scope.payloads {
+        tx.prepare_cached("INSERT OR IGNORE INTO payloads VALUES (?1, ?2, ?3)")?
+            .execute(params![scope.run, sha256, body])?;
+    }
+    Ok(sha256)
 }
 
 /// Writes until every sender is gone, then hands the connection back so the
@@ -78,7 +105,7 @@ pub fn run(mut conn: Connection, scope: Scope, rx: Receiver<Record>) -> Result<C
 }
 
 fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
-    let Scope { run, segment } = scope;
+    let Scope { run, segment, .. } = scope;
     match record {
         Record::Node(n) => {
             tx.prepare_cached("INSERT INTO nodes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")?
@@ -110,6 +137,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 .execute(params![run, r.row_index, r.source_line, r.content_sha256])?;
         }
         Record::NodeState(s) => {
+            let input_sha256 = hash(tx, scope, s.input)?;
+            let output_sha256 = s.output.map(|o| hash(tx, scope, o)).transpose()?;
             tx.prepare_cached(
                 "INSERT INTO node_states
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -122,8 +151,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 segment,
                 s.attempt,
                 s.status,
-                s.input_sha256,
-                s.output_sha256,
+                input_sha256,
+                output_sha256,
                 s.error_code,
                 s.error_message,
                 s.batch_id,
@@ -146,6 +175,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
             .execute(params![run, a.state_id, a.key, a.value])?;
         }
         Record::Call(c) => {
+            let request_sha256 = hash(tx, scope, c.request)?;
+            let response_sha256 = c.response.map(|r| hash(tx, scope, r)).transpose()?;
             tx.prepare_cached(
                 "INSERT INTO calls
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
@@ -159,8 +190,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 c.endpoint,
                 c.request_index,
                 c.attempt,
-                c.request_sha256,
-                c.response_sha256,
+                request_sha256,
+                response_sha256,
                 c.status,
                 c.error,
                 c.retry_cause,
@@ -230,7 +261,7 @@ pub struct Totals {
 /// Checks that every row has its one terminal outcome, then closes the
 /// segment and the run.
 pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
-    let Scope { run, segment } = scope;
+    let Scope { run, segment, .. } = scope;
     let rows: u64 = conn.query_row("SELECT count(*) FROM rows WHERE run_id = ?1", [run], |r| {
         r.get(0)
     })?;
