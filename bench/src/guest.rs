@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use weir::config::GuestLimits;
 use weir::runtime::{NodeRuntime, NodeServices, Runtime, builtin};
 
 const INSTANCES: usize = 200;
@@ -20,7 +21,7 @@ pub async fn report() -> anyhow::Result<()> {
         audit: None,
     });
     let options = r#"{"template": "Review: {{ row.text }}", "model": "m"}"#.to_string();
-    let node = NodeRuntime::new(&runtime, &loaded, services, options)
+    let node = NodeRuntime::new(&runtime, &loaded, services, options, GuestLimits::default())
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut held = Vec::with_capacity(INSTANCES);

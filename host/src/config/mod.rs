@@ -57,6 +57,57 @@ pub struct NodeConfig {
     pub row_deadline: Option<std::time::Duration>,
     pub batch: Option<Batch>,
     pub on_error: OnError,
+    pub limits: GuestLimits,
+}
+
+/// What a node's component may use; see `model::LimitsSpec`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GuestLimits {
+    pub cpu_per_call: std::time::Duration,
+    pub memory_bytes: usize,
+    pub output_bytes_per_row: usize,
+    pub stop_after_traps: Option<u32>,
+}
+
+impl Default for GuestLimits {
+    fn default() -> Self {
+        limits_of(&model::LimitsSpec::default())
+    }
+}
+
+fn limits_of(spec: &model::LimitsSpec) -> GuestLimits {
+    GuestLimits {
+        cpu_per_call: std::time::Duration::from_millis(spec.cpu_ms_per_call),
+        memory_bytes: (spec.memory_mb as usize).saturating_mul(1 << 20),
+        output_bytes_per_row: (spec.output_mb_per_row * (1 << 20) as f64) as usize,
+        stop_after_traps: spec.stop_after_traps,
+    }
+}
+
+fn check_limits(file: &PipelineFile, key: &str, spec: &model::LimitsSpec) -> Result<GuestLimits> {
+    let at = |field: &str, msg: &str| file.error_at(&["transforms", key, "limits", field], msg);
+    if spec.cpu_ms_per_call == 0 {
+        return Err(at(
+            "cpu_ms_per_call",
+            "limits.cpu_ms_per_call must be at least 1",
+        ));
+    }
+    if spec.memory_mb == 0 {
+        return Err(at("memory_mb", "limits.memory_mb must be at least 1"));
+    }
+    if !(spec.output_mb_per_row.is_finite() && spec.output_mb_per_row > 0.0) {
+        return Err(at(
+            "output_mb_per_row",
+            "limits.output_mb_per_row must be a positive number",
+        ));
+    }
+    if spec.stop_after_traps == Some(0) {
+        return Err(at(
+            "stop_after_traps",
+            "limits.stop_after_traps must be at least 1",
+        ));
+    }
+    Ok(limits_of(spec))
 }
 
 #[derive(Debug, Clone)]
@@ -401,6 +452,7 @@ fn resolve_nodes(
             row_deadline,
             batch,
             on_error,
+            limits: check_limits(file, &key, &t.limits)?,
         });
     }
     Ok(nodes)

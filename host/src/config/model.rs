@@ -130,6 +130,15 @@ pub mod defaults {
     pub fn connect_timeout_seconds() -> f64 {
         10.0
     }
+    pub fn cpu_ms_per_call() -> u64 {
+        10_000
+    }
+    pub fn memory_mb() -> u64 {
+        512
+    }
+    pub fn output_mb_per_row() -> f64 {
+        16.0
+    }
     pub fn audit_payloads() -> bool {
         true
     }
@@ -174,6 +183,40 @@ pub struct TransformSpec {
     /// Where rows that fail in this node go (the pipeline's `on_error` when absent).
     #[serde(default)]
     pub on_error: Option<OnErrorSpec>,
+    /// What the component may use of the machine.
+    #[serde(default)]
+    pub limits: LimitsSpec,
+}
+
+/// A guest's box: a call that goes beyond it traps and fails only its rows.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    /// CPU time one call of the component may use (waiting for its
+    /// endpoints does not count).
+    #[serde(default = "defaults::cpu_ms_per_call")]
+    pub cpu_ms_per_call: u64,
+    /// Linear memory of one instance.
+    #[serde(default = "defaults::memory_mb")]
+    pub memory_mb: u64,
+    /// JSON one row may come back as, all its output rows together.
+    #[serde(default = "defaults::output_mb_per_row")]
+    pub output_mb_per_row: f64,
+    /// Stop the node (its remaining rows fail at once) after this many calls
+    /// in a row trapped; never when absent.
+    #[serde(default)]
+    pub stop_after_traps: Option<u32>,
+}
+
+impl Default for LimitsSpec {
+    fn default() -> Self {
+        Self {
+            cpu_ms_per_call: defaults::cpu_ms_per_call(),
+            memory_mb: defaults::memory_mb(),
+            output_mb_per_row: defaults::output_mb_per_row(),
+            stop_after_traps: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,7 +1,7 @@
 //! Turns a checked pipeline into running parts: the executor, and for each
 //! node its compiled component and a configured instance pool.
 
-use crate::config::{Batch, OnError};
+use crate::config::{Batch, GuestLimits, OnError};
 use crate::config::{ComponentRef, NodeConfig, Pipeline};
 use crate::hashing;
 use crate::runtime::bindings::WIT_VERSION;
@@ -18,6 +18,9 @@ pub struct Node {
     pub row_deadline: Option<std::time::Duration>,
     pub batch: Option<Batch>,
     pub on_error: OnError,
+    pub limits: GuestLimits,
+    /// Calls in a row that trapped, for `limits.stop_after_traps`.
+    pub traps_in_a_row: std::sync::atomic::AtomicU32,
     pub runtime: NodeRuntime,
 }
 
@@ -143,18 +146,24 @@ async fn prepare_node(
         grants,
         audit: audit.cloned(),
     });
-    let node_runtime = NodeRuntime::new(runtime, &loaded, services, config.options_json.clone())
-        .await
-        .map_err(|e| match e {
-            crate::runtime::NodeSetupError::Options(m) => match named_option(&m) {
-                Some(option) => pipeline.file.error_at(
-                    &["transforms", &key, "options", &option],
-                    format!("transform `{}`: {m}", config.name),
-                ),
-                None => at("options", m),
-            },
-            other => at("component", other.to_string()),
-        })?;
+    let node_runtime = NodeRuntime::new(
+        runtime,
+        &loaded,
+        services,
+        config.options_json.clone(),
+        config.limits,
+    )
+    .await
+    .map_err(|e| match e {
+        crate::runtime::NodeSetupError::Options(m) => match named_option(&m) {
+            Some(option) => pipeline.file.error_at(
+                &["transforms", &key, "options", &option],
+                format!("transform `{}`: {m}", config.name),
+            ),
+            None => at("options", m),
+        },
+        other => at("component", other.to_string()),
+    })?;
     let record = NodeRecord {
         node_id: config.index,
         name: config.name.clone(),
@@ -174,6 +183,8 @@ async fn prepare_node(
         row_deadline: config.row_deadline,
         batch: config.batch.clone(),
         on_error: config.on_error,
+        limits: config.limits,
+        traps_in_a_row: Default::default(),
         runtime: node_runtime,
     };
     Ok((node, record))

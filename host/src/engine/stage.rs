@@ -3,11 +3,13 @@
 
 use super::setup::Node;
 use crate::config::BatchMode;
+use crate::runtime::LimitHit;
 use crate::runtime::RowScope;
-use crate::runtime::bindings::Outcome;
+use crate::runtime::bindings::{GuestRowError, Outcome};
 use crate::services::audit::{AuditLog, BatchRecord, Json, NodeStateRecord, Record, now_ms};
 use crate::types::{Row, RowError};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// A source row (or a batch of them) on its way through the nodes.
@@ -209,12 +211,26 @@ impl Node {
         }
     }
 
-    /// One outcome per row, or an error for them all (the guest trapped).
+    /// One outcome per row, or an error for them all (the guest trapped, or
+    /// the node was stopped after trapping too often).
     async fn run_guest(
         &self,
         input: &[String],
         scopes: Vec<RowScope>,
     ) -> Result<Vec<Outcome>, RowError> {
+        let traps = self.traps_in_a_row.load(Ordering::Relaxed);
+        if let Some(stop) = self.limits.stop_after_traps
+            && traps >= stop
+        {
+            return Err(RowError::new(
+                "node_stopped",
+                format!(
+                    "node `{}` stopped after {traps} calls in a row trapped \
+                     (limits.stop_after_traps: {stop})",
+                    self.name
+                ),
+            ));
+        }
         let mut instance = self
             .runtime
             .checkout()
@@ -223,7 +239,11 @@ impl Node {
         match instance.process(input, scopes).await {
             Ok(outcomes) if outcomes.len() == input.len() => {
                 self.runtime.checkin(instance);
-                Ok(outcomes)
+                self.traps_in_a_row.store(0, Ordering::Relaxed);
+                Ok(outcomes
+                    .into_iter()
+                    .map(|o| self.within_output_limit(o))
+                    .collect())
             }
             Ok(outcomes) => Err(RowError::new(
                 "guest_contract_violation",
@@ -234,11 +254,58 @@ impl Node {
                 ),
             )),
             // The instance is dropped: after a trap its state cannot be trusted.
-            Err(trap) => Err(RowError::new(
-                "guest_trap",
-                format!("the component of node `{}` trapped: {trap:#}", self.name),
-            )),
+            Err(trap) => {
+                self.traps_in_a_row.fetch_add(1, Ordering::Relaxed);
+                Err(self.trap_error(instance.limit_hit(), &trap))
+            }
         }
+    }
+
+    /// Names the limit a trap came from, when it came from one.
+    fn trap_error(&self, hit: Option<LimitHit>, trap: &anyhow::Error) -> RowError {
+        let node = &self.name;
+        match hit {
+            Some(LimitHit::Cpu) => RowError::new(
+                "guest_cpu_limit",
+                format!(
+                    "the component of node `{node}` used more than its {} ms of CPU for one call \
+                     (limits.cpu_ms_per_call)",
+                    self.limits.cpu_per_call.as_millis()
+                ),
+            ),
+            Some(LimitHit::Memory) => RowError::new(
+                "guest_memory_limit",
+                format!(
+                    "the component of node `{node}` tried to grow its memory beyond {} MiB \
+                     (limits.memory_mb)",
+                    self.limits.memory_bytes >> 20
+                ),
+            ),
+            None => RowError::new(
+                "guest_trap",
+                format!("the component of node `{node}` trapped: {trap:#}"),
+            ),
+        }
+    }
+
+    /// A row whose output is larger than `limits.output_mb_per_row` fails.
+    fn within_output_limit(&self, outcome: Outcome) -> Outcome {
+        let Outcome::Rows(rows) = &outcome else {
+            return outcome;
+        };
+        let bytes: usize = rows.iter().map(String::len).sum();
+        let limit = self.limits.output_bytes_per_row;
+        if bytes <= limit {
+            return outcome;
+        }
+        Outcome::Failed(GuestRowError {
+            code: "guest_output_limit".into(),
+            message: format!(
+                "the component of node `{}` returned {bytes} bytes for one row, more than its \
+                 limit of {limit} (limits.output_mb_per_row)",
+                self.name
+            ),
+        })
     }
 }
 

@@ -3,8 +3,11 @@
 pub mod bindings;
 pub mod builtin;
 mod cache;
+mod limits;
 mod pool;
 mod state;
+
+pub use limits::LimitHit;
 
 pub use pool::{GuestInstance, NodeRuntime, NodeSetupError};
 pub use state::{NodeServices, RowScope};
@@ -32,7 +35,9 @@ impl Runtime {
     pub fn new() -> Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+        limits::start_ticker(&engine);
         let mut linker = Linker::new(&engine);
         bindings::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(anyhow::Error::from)?;

@@ -3,11 +3,13 @@
 //! concurrency and reused afterwards; one that trapped is thrown away.
 
 use super::bindings::{self, NodeInfo, NodePre, Outcome};
+use super::limits::LimitHit;
 use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
+use crate::config::GuestLimits;
 use anyhow::{Result, anyhow};
 use std::sync::{Arc, Mutex};
-use wasmtime::Store;
+use wasmtime::{Store, UpdateDeadline};
 
 pub struct GuestInstance {
     store: Store<GuestState>,
@@ -17,6 +19,8 @@ pub struct GuestInstance {
 impl GuestInstance {
     /// Runs `process`; an `Err` is a trap, which leaves the instance unusable.
     pub async fn process(&mut self, rows: &[String], scope: Vec<RowScope>) -> Result<Vec<Outcome>> {
+        self.store.data_mut().cpu.refill();
+        self.store.set_epoch_deadline(1);
         self.store.data_mut().scope = scope;
         let result = self
             .bindings
@@ -27,12 +31,24 @@ impl GuestInstance {
         self.store.data_mut().scope.clear();
         result
     }
+
+    /// The limit that made the last call trap, if one did.
+    pub fn limit_hit(&self) -> Option<LimitHit> {
+        if self.store.data().cpu.hit {
+            Some(LimitHit::Cpu)
+        } else if self.store.data().memory.hit {
+            Some(LimitHit::Memory)
+        } else {
+            None
+        }
+    }
 }
 
 pub struct NodeRuntime {
     pre: NodePre<GuestState>,
     engine: wasmtime::Engine,
     services: Arc<NodeServices>,
+    limits: GuestLimits,
     options_json: String,
     idle: Mutex<Vec<GuestInstance>>,
     info: NodeInfo,
@@ -46,6 +62,7 @@ impl NodeRuntime {
         loaded: &LoadedComponent,
         services: Arc<NodeServices>,
         options_json: String,
+        limits: GuestLimits,
     ) -> Result<Self, NodeSetupError> {
         let instance_pre = runtime
             .linker()
@@ -56,6 +73,7 @@ impl NodeRuntime {
             pre,
             engine: runtime.engine().clone(),
             services,
+            limits,
             options_json,
             idle: Mutex::new(Vec::new()),
             info: NodeInfo {
@@ -73,7 +91,21 @@ impl NodeRuntime {
     }
 
     async fn instantiate(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
-        let mut store = Store::new(&self.engine, GuestState::new(Arc::clone(&self.services)));
+        let state = GuestState::new(Arc::clone(&self.services), &self.limits);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| &mut state.memory);
+        store.epoch_deadline_callback(|mut ctx| {
+            if ctx.data_mut().cpu.charge() {
+                // Let the other rows' tasks run between ticks of a long call.
+                Ok(UpdateDeadline::Yield(1))
+            } else {
+                Err(wasmtime::Error::msg(
+                    "the guest used up its CPU time for this call",
+                ))
+            }
+        });
+        // Starting and configuring are held to the same limit as a call.
+        store.set_epoch_deadline(1);
         let bindings = self
             .pre
             .instantiate_async(&mut store)

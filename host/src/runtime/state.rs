@@ -2,6 +2,8 @@
 //! `executor`, `audit` and `log` imports.
 
 use super::bindings::{self, CallError, Level, Request, Response};
+use super::limits::{CpuBudget, MemoryLimit};
+use crate::config::GuestLimits;
 use crate::hashing;
 use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Json, Record, now_ms};
 use crate::services::executor::{self, Endpoint};
@@ -9,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView,
+};
 
 /// What a node's instances may use: the endpoints granted to the node, by the
 /// name the guest uses for them, and where to record.
@@ -55,22 +59,79 @@ impl RowScope {
 
 pub struct GuestState {
     node: Arc<NodeServices>,
+    pub(super) cpu: CpuBudget,
+    pub(super) memory: MemoryLimit,
     /// One entry per row of the `process` call under way.
     pub(super) scope: Vec<RowScope>,
     // WASI is linked so that components whose language runtime imports it
-    // load, but the context grants nothing: no files, env, args or sockets.
+    // load, but the context grants nothing: see `sealed_wasi`.
     wasi: WasiCtx,
     table: ResourceTable,
 }
 
 impl GuestState {
-    pub fn new(node: Arc<NodeServices>) -> Self {
+    pub fn new(node: Arc<NodeServices>, limits: &GuestLimits) -> Self {
         Self {
             node,
+            cpu: CpuBudget::new(limits.cpu_per_call),
+            memory: MemoryLimit {
+                bytes: limits.memory_bytes,
+                hit: false,
+            },
             scope: Vec::new(),
-            wasi: WasiCtx::builder().build(),
+            wasi: sealed_wasi(),
             table: ResourceTable::new(),
         }
+    }
+}
+
+/// A WASI context that grants nothing a guest could learn the world from: no
+/// files, environment, arguments or sockets; clocks stopped at the Unix epoch;
+/// randomness from a fixed sequence. A guest therefore processes a row the
+/// same way every time, which is also what lets a resumed run recognise the
+/// requests it already paid for.
+fn sealed_wasi() -> WasiCtx {
+    let mut builder = WasiCtx::builder();
+    builder
+        .wall_clock(StoppedClock)
+        .monotonic_clock(StoppedClock)
+        .secure_random(Deterministic::new(fixed_bytes()))
+        .insecure_random(Deterministic::new(fixed_bytes()))
+        .insecure_random_seed(0x5745_4952);
+    builder.build()
+}
+
+/// 4 KiB from a fixed-seed SplitMix64: varied, but the same in every run.
+fn fixed_bytes() -> Vec<u8> {
+    let mut state: u64 = 0x5745_4952_5345_4544;
+    (0..512)
+        .flat_map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)).to_le_bytes()
+        })
+        .collect()
+}
+
+struct StoppedClock;
+
+impl HostWallClock for StoppedClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
+    fn now(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for StoppedClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
     }
 }
 
