@@ -370,3 +370,88 @@ async fn azure_endpoints_use_the_deployment_url_and_the_api_key_header() {
         assert_eq!(s.authorization, None);
     }
 }
+
+#[tokio::test]
+async fn a_ten_second_outage_mid_run_delays_rows_but_loses_none() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        outage_after: Some((60, Duration::from_secs(10))),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    // The breaker's probes are real attempts of the rows that make them: a
+    // 10 s outage with a probe a second needs more than the default 3 retries.
+    let (ws, rows, code, summary) = run(
+        &server,
+        300,
+        "pool_size: 4\nmax_retries: 10\nbreaker_failures: 3\nbreaker_cooldown_seconds: 1",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "rows wait out the outage: {summary}");
+    assert_all_answered(&rows, 300);
+    let served = server.served();
+    let down: Vec<Duration> = served
+        .iter()
+        .filter(|s| s.status == 500)
+        .map(|s| s.at)
+        .collect();
+    let (first, last) = (down[0], *down.last().unwrap());
+    assert!(
+        last - first > Duration::from_secs(9),
+        "the server was down for 10 s: {first:?} to {last:?}"
+    );
+    let answered_after = served
+        .iter()
+        .filter(|s| s.status == 200 && s.at > last)
+        .count();
+    assert!(answered_after > 0, "rows were answered once it was back");
+    let during = down.len();
+    // The 3 failures that open the breaker, the requests already on the
+    // wire, and about one probe a second.
+    assert!(
+        during <= 25,
+        "the open breaker held requests back during 10 s: {during} hit the outage"
+    );
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let completed: i64 = db
+        .query_row(
+            "SELECT count(*) FROM row_outcomes WHERE outcome = 'completed'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(completed, 300);
+}
+
+#[tokio::test]
+async fn a_server_that_never_comes_back_ends_the_run_with_every_row_failed() {
+    let server = TestLlmServer::start(Script {
+        outage: Some((Duration::ZERO, Duration::from_secs(3600))),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        12,
+        "pool_size: 4\nmax_retries: 2\nmax_capacity_retry_seconds: 2\nbreaker_failures: 3\n\
+         breaker_cooldown_seconds: 0.2",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(rows.is_empty());
+    assert!(summary.contains("12 read: 0 ok, 12 failed"), "{summary}");
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let (failed, status): (i64, String) = db
+        .query_row(
+            "SELECT (SELECT count(*) FROM row_outcomes WHERE outcome = 'failed'), status FROM runs",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((failed, status.as_str()), (12, "completed_with_failures"));
+    eprintln!("{summary}");
+}

@@ -59,6 +59,9 @@ pub struct Script {
     pub requests_per_minute: Option<u32>,
     /// (from, to) since start: every request in the window gets 500.
     pub outage: Option<(Duration, Duration)>,
+    /// (n, length): once n requests have arrived, every request gets 500 for
+    /// this long, however long the client took to start.
+    pub outage_after: Option<(u64, Duration)>,
     /// This share of requests (0 to 1) gets one of `fault_kinds`, chosen by a
     /// hash of the request's sequence number, so runs repeat exactly.
     pub fault_rate: f64,
@@ -90,6 +93,7 @@ impl Default for Script {
             capacity_steps: Vec::new(),
             requests_per_minute: None,
             outage: None,
+            outage_after: None,
             fault_rate: 0.0,
             fault_kinds: Vec::new(),
             hang: Duration::from_secs(30),
@@ -130,6 +134,8 @@ struct Shared {
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
     count: AtomicU64,
+    /// When `Script::outage_after` began.
+    outage_began: std::sync::OnceLock<Instant>,
     log: Mutex<Vec<Served>>,
 }
 
@@ -154,6 +160,7 @@ impl TestLlmServer {
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
             count: AtomicU64::new(0),
+            outage_began: std::sync::OnceLock::new(),
             log: Mutex::new(Vec::new()),
         });
         let app = Router::new()
@@ -376,9 +383,13 @@ async fn answer(
             None,
         );
     }
-    if let Some((from, to)) = script.outage
-        && since_start >= from
-        && since_start < to
+    let after_outage = script.outage_after.is_some_and(|(n, length)| {
+        sequence > n && shared.outage_began.get_or_init(Instant::now).elapsed() < length
+    });
+    if after_outage
+        || script
+            .outage
+            .is_some_and(|(from, to)| since_start >= from && since_start < to)
     {
         log(500, None);
         return error(500, "server_error", "The server is down", None);

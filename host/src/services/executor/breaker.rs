@@ -114,16 +114,6 @@ impl Breaker {
         }
     }
 
-    /// Returns a ticket whose request never reached the endpoint (its deadline
-    /// passed while it waited for a rate limit or a slot). It says nothing
-    /// about the endpoint, so nothing changes, but a probe's turn passes on.
-    pub fn abandon(&self, ticket: Ticket) {
-        if ticket.probe {
-            self.state.lock().expect("breaker lock").probe_out = false;
-            self.notify.notify_waiters();
-        }
-    }
-
     /// Records how an admitted request went. `failure`: a broken connection,
     /// a timeout or a non-capacity 5xx. Returns the transition, if any.
     pub fn record(&self, ticket: Ticket, failure: Option<&str>) -> Option<Transition> {
@@ -217,25 +207,6 @@ mod tests {
         let closed_again = breaker.record(ticket.unwrap(), None).unwrap();
         assert_eq!(closed_again.to, BreakerState::Closed);
         assert_eq!(breaker.admit(soon).await.0, Some(Ticket { probe: false }));
-    }
-
-    #[tokio::test]
-    async fn an_abandoned_probe_leaves_the_breaker_half_open_for_another() {
-        let breaker = Breaker::new(1, Duration::from_millis(10));
-        breaker.record(Ticket { probe: false }, Some("refused"));
-        let (ticket, _) = breaker.admit(None).await;
-        breaker.abandon(ticket.unwrap());
-        assert_eq!(
-            breaker.state(),
-            BreakerState::HalfOpen,
-            "no request reached the endpoint"
-        );
-        let soon = Some(Instant::now() + Duration::from_millis(10));
-        assert_eq!(
-            breaker.admit(soon).await.0,
-            Some(Ticket { probe: true }),
-            "the next request probes"
-        );
     }
 
     #[tokio::test]

@@ -316,11 +316,6 @@ impl Endpoint {
         retry: bool,
     ) -> Option<(breaker::Ticket, limiter::Permit<'_>)> {
         let waited = Instant::now();
-        let (ticket, transition) = self.breaker.admit(deadline).await;
-        if let Some(transition) = transition {
-            self.report(transition);
-        }
-        let ticket = ticket?;
         if self.rates.is_limited() {
             let admitted = match deadline {
                 Some(d) => tokio::time::timeout_at(d.into(), self.rates.admit(tokens))
@@ -332,19 +327,22 @@ impl Endpoint {
                 }
             };
             if !admitted {
-                self.breaker.abandon(ticket);
                 return None;
             }
         }
         let permit = self.limiter.acquire(deadline, retry).await;
-        self.stats.throttled(waited.elapsed());
-        match permit {
-            Some(permit) => Some((ticket, permit)),
-            None => {
-                self.breaker.abandon(ticket);
-                None
-            }
+        // The breaker is asked last, right before sending: a request that
+        // waited for a slot while the endpoint went down must not go out
+        // once the breaker has opened.
+        let (ticket, transition) = match permit {
+            Some(_) => self.breaker.admit(deadline).await,
+            None => (None, None),
+        };
+        if let Some(transition) = transition {
+            self.report(transition);
         }
+        self.stats.throttled(waited.elapsed());
+        Some((ticket?, permit?))
     }
 
     fn request_timeout(&self) -> Duration {
