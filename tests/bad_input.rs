@@ -1,0 +1,199 @@
+//! Bad input gets one clear error that says where and what, and never a
+//! panic: each case runs the real `weir` binary (no endpoint is reached).
+
+mod common;
+
+use common::*;
+
+const GOOD_NODE: &str = "transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    \
+                         options:\n      template: \"{{ row.text }}\"\n";
+const ENDPOINT: &str = "endpoints:\n  llm:\n    base_url: http://127.0.0.1:9/v1\n    api_key: k\n";
+
+struct Case {
+    name: &'static str,
+    files: Vec<(&'static str, Vec<u8>)>,
+    pipeline: String,
+    /// Text the error must contain.
+    expect: &'static str,
+}
+
+fn pipeline(source: &str, middle: &str) -> String {
+    format!("source:\n  path: {source}\n{ENDPOINT}{middle}sinks:\n  - path: out.jsonl\n")
+}
+
+fn cases() -> Vec<Case> {
+    let csv = |text: &str| vec![("in.csv", text.as_bytes().to_vec())];
+    let good_csv = || csv("id,text\n1,a\n");
+    vec![
+        Case {
+            name: "malformed YAML",
+            files: good_csv(),
+            pipeline: "source:\n  path: in.csv\n  - oops\n".into(),
+            expect: "p.yaml:3:",
+        },
+        Case {
+            name: "unknown key",
+            files: good_csv(),
+            pipeline: pipeline("in.csv", &format!("{GOOD_NODE}    concurency: 3\n")),
+            expect: "unknown field `concurency`",
+        },
+        Case {
+            name: "wrong type",
+            files: good_csv(),
+            pipeline: pipeline("in.csv", &format!("{GOOD_NODE}    concurrency: many\n")),
+            expect: "p.yaml:",
+        },
+        Case {
+            name: "missing source file",
+            files: vec![],
+            pipeline: pipeline("nowhere.csv", GOOD_NODE),
+            expect: "p.yaml:2:",
+        },
+        Case {
+            name: "unknown option of the component",
+            files: good_csv(),
+            pipeline: pipeline("in.csv", &GOOD_NODE.replace("template", "templat")),
+            expect: "unknown field `templat`",
+        },
+        Case {
+            name: "template syntax error",
+            files: good_csv(),
+            pipeline: pipeline(
+                "in.csv",
+                &GOOD_NODE.replace("{{ row.text }}", "{{ row.text "),
+            ),
+            expect: "p.yaml:12: transform `ask`: options.template: syntax error",
+        },
+        Case {
+            name: "a file that is not WebAssembly",
+            files: vec![
+                ("in.csv", b"id,text\n1,a\n".to_vec()),
+                ("bad.wasm", b"not wasm".to_vec()),
+            ],
+            pipeline: pipeline(
+                "in.csv",
+                &GOOD_NODE.replace("component: llm", "component: bad.wasm"),
+            ),
+            expect: "is not a loadable WebAssembly component",
+        },
+        Case {
+            name: "a core module, not a component",
+            files: vec![
+                ("in.csv", b"id,text\n1,a\n".to_vec()),
+                ("core.wasm", b"\0asm\x01\0\0\0".to_vec()),
+            ],
+            pipeline: pipeline(
+                "in.csv",
+                &GOOD_NODE.replace("component: llm", "component: core.wasm"),
+            ),
+            expect: "core.wasm",
+        },
+        Case {
+            name: "a CSV with two columns of one name",
+            files: csv("id,id\n1,2\n"),
+            pipeline: pipeline("in.csv", GOOD_NODE),
+            expect: "in.csv:1: the header names column `id` twice",
+        },
+    ]
+}
+
+#[tokio::test]
+async fn each_bad_input_gets_one_located_error_and_no_panic() {
+    for case in cases() {
+        let ws = Workspace::new();
+        for (name, bytes) in &case.files {
+            let path = ws.path(name);
+            std::fs::write(path, bytes).unwrap();
+        }
+        let p = ws.write("p.yaml", &case.pipeline);
+        for command in ["validate", "run"] {
+            let out = weir(
+                &[command, p.to_str().unwrap(), "--no-progress"]
+                    [..if command == "run" { 3 } else { 2 }],
+                &[],
+            )
+            .await;
+            let message = stderr(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{}: {command}: {message}",
+                case.name
+            );
+            assert!(
+                message.contains(case.expect),
+                "{}: {command}: {message}",
+                case.name
+            );
+            assert!(!message.contains("panicked"), "{}: {message}", case.name);
+            let errors = message.lines().filter(|l| l.starts_with("error:")).count();
+            assert_eq!(errors, 1, "{}: one error: {message}", case.name);
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_rows_fail_alone_and_the_rest_of_the_run_goes_on() {
+    // A ragged row, a row that is not UTF-8 and a 2 MB field, among good rows.
+    let mut source = b"id,text\n1,fine\n2,ragged,extra\n3,".to_vec();
+    source.extend_from_slice(&[0xff, 0xfe, b'\n']);
+    source.extend_from_slice(b"4,also fine\n5,");
+    source.extend_from_slice("x".repeat(2 << 20).as_bytes());
+    source.extend_from_slice(b"\n");
+    let server = weir_test_llm_server::TestLlmServer::start(Default::default())
+        .await
+        .unwrap();
+    let ws = Workspace::new();
+    std::fs::write(ws.path("in.csv"), &source).unwrap();
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "source:\n  path: in.csv\non_error:\n  path: failed.jsonl\nendpoints:\n  llm:\n    \
+             base_url: {}\n    api_key: k\ntransforms:\n  - name: ask\n    component: llm\n    \
+             endpoints: [llm]\n    options:\n      template: \"{{{{ row.text }}}}\"\n\
+             sinks:\n  - path: out.jsonl\n",
+            server.base_url()
+        ),
+    );
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ids = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(ws.path(name))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let row: serde_json::Value = serde_json::from_str(l).unwrap();
+                row["_source_row"]
+                    .as_u64()
+                    .map(|r| format!("row {r}"))
+                    .unwrap_or_else(|| row["id"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    // weir reads, renders and sends the 2 MB row; the server refuses a body
+    // that large (as providers refuse an overlong prompt), and only that row fails.
+    assert_eq!(ids("out.jsonl"), ["1", "4"]);
+    assert_eq!(ids("failed.jsonl"), ["row 1", "row 2", "row 4"]);
+    let failed: Vec<serde_json::Value> = std::fs::read_to_string(ws.path("failed.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let reason = |i: usize| {
+        format!(
+            "{}: {}",
+            failed[i]["_error_code"].as_str().unwrap(),
+            failed[i]["_error_message"].as_str().unwrap()
+        )
+    };
+    assert_eq!(
+        reason(0),
+        "source_invalid: the row has 3 fields but the header has 2"
+    );
+    assert_eq!(reason(1), "source_invalid: field `text` is not valid UTF-8");
+    assert!(
+        reason(2).starts_with("llm_call_failed: HTTP 413"),
+        "{}",
+        reason(2)
+    );
+}
