@@ -91,6 +91,24 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             capacity_slots: None,
             steps: vec![],
         },
+        Scenario {
+            name: "soak: 100000 rows, 5 % faults (500, 503, resets, HTML pages), 5 ms latency",
+            rows: 100_000,
+            script: Script {
+                latency: Duration::from_millis(5),
+                fault_rate: 0.05,
+                fault_kinds: vec![
+                    Fault::Status(500),
+                    Fault::Status(503),
+                    Fault::Reset,
+                    Fault::HtmlPage,
+                ],
+                ..Script::default()
+            },
+            endpoint: "pool_size: 64\nmax_retries: 8",
+            capacity_slots: None,
+            steps: vec![],
+        },
     ]
 }
 
@@ -132,10 +150,12 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     let rejected = served.iter().filter(|s| s.status == 429).count();
     let (outcomes, written) = audit_counts(&dir)?;
     let lost = scenario.rows as i64 - outcomes;
+    let duplicated = duplicated_rows(&dir)?;
 
     println!("  {}", scenario.name);
     println!(
-        "    wall {wall:.2} s, {:.0} rows/s; {} rows written, {lost} rows lost",
+        "    wall {wall:.2} s, {:.0} rows/s; {} rows written, {lost} rows lost, {duplicated} \
+         written twice",
         rows / wall,
         written
     );
@@ -262,6 +282,19 @@ fn mean_held(served: &[weir_test_llm_server::Served]) -> f64 {
         .map(|s| s.held.as_secs_f64())
         .collect();
     held.iter().sum::<f64>() / held.len().max(1) as f64
+}
+
+/// Rows of the sink whose id another row of the sink already had.
+fn duplicated_rows(dir: &Path) -> anyhow::Result<usize> {
+    let mut reader = csv::Reader::from_path(dir.join("out.csv"))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut duplicated = 0;
+    for record in reader.records() {
+        if !seen.insert(record?.get(0).unwrap_or_default().to_string()) {
+            duplicated += 1;
+        }
+    }
+    Ok(duplicated)
 }
 
 /// Rows with a terminal outcome, and rows written, from the audit database.
