@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use rusqlite::{Connection, OpenFlags};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
 use std::process::Stdio;
 use std::time::Duration;
@@ -98,14 +98,6 @@ fn recorded_answers(db: &std::path::Path) -> HashSet<String> {
     stmt.query_map([], |r| r.get(0))
         .unwrap()
         .map(Result::unwrap)
-        .collect()
-}
-
-fn read_jsonl(ws: &Workspace, name: &str) -> Vec<Map<String, Value>> {
-    std::fs::read_to_string(ws.path(name))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
 

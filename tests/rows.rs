@@ -28,16 +28,6 @@ fn jsonl_rows(texts: &[String]) -> String {
         .collect()
 }
 
-fn read_jsonl(ws: &Workspace, name: &str) -> Vec<Map<String, Value>> {
-    match std::fs::read_to_string(ws.path(name)) {
-        Ok(text) => text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
 /// The source ids found in the sink and the `on_error` sink together, sorted:
 /// each exactly once means no row was lost or doubled.
 fn ids(written: &[Map<String, Value>], failed: &[Map<String, Value>]) -> Vec<i64> {

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use weir_test_llm_server::{Script, TestLlmServer};
 
@@ -19,14 +19,6 @@ fn pipeline(transform: &str) -> String {
         "source:\n  path: rows.jsonl\ntransforms:\n  - name: chaos\n    component: {CHAOS}\n\
          {transform}    on_error:\n      path: failed.jsonl\nsinks:\n  - path: out.jsonl\n"
     )
-}
-
-fn read_jsonl(ws: &Workspace, name: &str) -> Vec<Map<String, Value>> {
-    std::fs::read_to_string(ws.path(name))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// Source id → error code, of the rows in the `on_error` sink.

@@ -125,6 +125,15 @@ pub fn echo_of(i: usize) -> String {
     format!("echo: Q{i}: row {i}, with a comma and \"quotes\"")
 }
 
+/// The rows of a JSON Lines file of the workspace; none if it does not exist.
+pub fn read_jsonl(ws: &Workspace, name: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    std::fs::read_to_string(ws.path(name))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }

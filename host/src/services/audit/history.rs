@@ -246,17 +246,7 @@ impl History {
         state_id: u64,
         node_id: usize,
     ) -> Result<StateStory> {
-        type Row = (
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            u64,
-            u32,
-            Option<u64>,
-        );
-        let row: Option<Row> = self
+        let found = self
             .conn
             .query_row(
                 "SELECT status, input_sha256, output_sha256, error_code, error_message,
@@ -264,51 +254,29 @@ impl History {
                  FROM node_states WHERE run_id = ?1 AND state_id = ?2",
                 params![run_id, state_id],
                 |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                    ))
+                    let finished = FinishedState {
+                        status: r.get(0)?,
+                        input_sha256: r.get(1)?,
+                        output_sha256: r.get(2)?,
+                        output: None,
+                        error_code: r.get(3)?,
+                        error_message: r.get(4)?,
+                        duration_ms: r.get(5)?,
+                    };
+                    Ok((finished, r.get::<_, u32>(6)?, r.get::<_, Option<u64>>(7)?))
                 },
             )
             .optional()?;
-        let (finished, segment, batch) = match row {
-            Some((
-                status,
-                input_sha256,
-                output_sha256,
-                error_code,
-                error_message,
-                duration_ms,
-                segment,
-                batch_id,
-            )) => {
-                let output = match &output_sha256 {
-                    Some(sha) => self.payload(run_id, sha)?,
-                    None => None,
-                };
+        let (finished, segment, batch) = match found {
+            Some((mut finished, segment, batch_id)) => {
+                if let Some(sha) = &finished.output_sha256 {
+                    finished.output = self.payload(run_id, sha)?;
+                }
                 let batch = match batch_id {
                     Some(id) => Some(self.batch(run_id, id)?),
                     None => None,
                 };
-                (
-                    Some(FinishedState {
-                        status,
-                        input_sha256,
-                        output_sha256,
-                        output,
-                        error_code,
-                        error_message,
-                        duration_ms,
-                    }),
-                    Some(segment),
-                    batch,
-                )
+                (Some(finished), Some(segment), batch)
             }
             None => (None, None, None),
         };
@@ -396,71 +364,44 @@ impl History {
     }
 
     fn outcome(&self, run_id: i64, row_index: u64) -> Result<Option<OutcomeStory>> {
-        type Row = (
-            String,
-            Option<usize>,
-            Option<String>,
-            Option<String>,
-            u64,
-            Option<u64>,
-            Option<String>,
-            u32,
-        );
-        let row: Option<Row> = self
+        let found = self
             .conn
             .query_row(
-                "SELECT outcome, node_id, error_code, error_message, rows_written, batch_id,
-                        error_sink, segment
+                "SELECT outcome, error_code, error_message, rows_written, batch_id, error_sink,
+                        segment, node_id
                  FROM row_outcomes WHERE run_id = ?1 AND row_index = ?2",
                 params![run_id, row_index],
                 |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get(2)?,
-                        r.get(3)?,
-                        r.get(4)?,
-                        r.get(5)?,
-                        r.get(6)?,
-                        r.get(7)?,
-                    ))
+                    let story = OutcomeStory {
+                        outcome: r.get(0)?,
+                        node_name: None,
+                        error_code: r.get(1)?,
+                        error_message: r.get(2)?,
+                        rows_written: r.get(3)?,
+                        batch_id: r.get(4)?,
+                        error_sink: r.get(5)?,
+                        segment: r.get(6)?,
+                        sinks: Vec::new(),
+                    };
+                    Ok((story, r.get::<_, Option<usize>>(7)?))
                 },
             )
             .optional()?;
-        let Some((
-            outcome,
-            node_id,
-            error_code,
-            error_message,
-            rows_written,
-            batch_id,
-            error_sink,
-            segment,
-        )) = row
-        else {
+        let Some((mut story, node_id)) = found else {
             return Ok(None);
         };
+        if let Some(id) = node_id {
+            story.node_name = Some(self.node_name(run_id, id)?);
+        }
         let sinks_json: String = self.conn.query_row(
             "SELECT sinks_json FROM runs WHERE run_id = ?1",
             [run_id],
             |r| r.get(0),
         )?;
-        Ok(Some(OutcomeStory {
-            outcome,
-            node_name: match node_id {
-                Some(id) => Some(self.node_name(run_id, id)?),
-                None => None,
-            },
-            error_code,
-            error_message,
-            rows_written,
-            batch_id,
-            error_sink,
-            segment,
-            sinks: serde_json::from_str::<SinkPaths>(&sinks_json)
-                .map(|s| s.sinks)
-                .unwrap_or_default(),
-        }))
+        story.sinks = serde_json::from_str::<SinkPaths>(&sinks_json)
+            .map(|s| s.sinks)
+            .unwrap_or_default();
+        Ok(Some(story))
     }
 
     /// Deletes the run's payloads; every hash stays. Returns how many went.
