@@ -66,17 +66,6 @@ impl RunReport {
         group.count += 1;
     }
 
-    /// Rows per terminal outcome; every source row is in exactly one.
-    pub fn outcome_counts(&self) -> BTreeMap<&'static str, u64> {
-        BTreeMap::from([
-            ("completed", self.rows_completed),
-            ("failed", self.rows_failed),
-            ("quarantined", self.rows_quarantined),
-            ("discarded", self.rows_discarded),
-            ("consumed_in_batch", self.rows_consumed),
-        ])
-    }
-
     /// Rows of the whole run that failed, earlier segments included.
     pub fn failed_in_run(&self) -> u64 {
         self.totals.as_ref().map_or(self.rows_failed, |t| {

@@ -37,7 +37,6 @@ pub struct AuditLog {
     next_batch: AtomicU64,
     /// Set once a record could not be handed to the writer: it has stopped.
     broken: std::sync::atomic::AtomicBool,
-    payloads: bool,
     replay: Option<Replay>,
     lock: Option<RunLock>,
 }
@@ -101,7 +100,6 @@ impl AuditLog {
             next_state: AtomicU64::new(next_state),
             next_batch: AtomicU64::new(next_batch),
             broken: Default::default(),
-            payloads: scope.payloads,
             replay,
             lock: Some(lock),
         })
@@ -153,7 +151,7 @@ impl AuditLog {
     /// Keeps `body` under `sha256` when the run keeps payloads; `body` is
     /// only built then.
     pub fn payload(&self, sha256: &str, body: impl FnOnce() -> String) {
-        if self.payloads {
+        if self.scope.payloads {
             self.record(Record::Payload(PayloadRecord {
                 sha256: sha256.to_string(),
                 body: body(),

@@ -45,15 +45,6 @@ impl Replay {
         })
     }
 
-    /// Requests an earlier segment has an answer for.
-    pub fn len(&self) -> usize {
-        self.answers.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.answers.is_empty()
-    }
-
     /// The recorded response to this request of this row at this node, if
     /// there is one: its hash and body.
     pub fn answer(

@@ -63,10 +63,16 @@ fn hash(tx: &Transaction, scope: Scope, json: Json) -> Result<String> {
         }
     };
     if scope.payloads {
-        tx.prepare_cached("INSERT OR IGNORE INTO payloads VALUES (?1, ?2, ?3)")?
-            .execute(params![scope.run, sha256, body])?;
+        keep_payload(tx, scope.run, &sha256, &body)?;
     }
     Ok(sha256)
+}
+
+/// Content-addressed: a body already kept under its hash is kept once.
+fn keep_payload(tx: &Transaction, run: i64, sha256: &str, body: &str) -> Result<()> {
+    tx.prepare_cached("INSERT OR IGNORE INTO payloads VALUES (?1, ?2, ?3)")?
+        .execute(params![run, sha256, body])?;
+    Ok(())
 }
 
 /// Writes until every sender is gone, then hands the connection back so the
@@ -226,10 +232,7 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 checkpoint.execute(params![run, path, offset])?;
             }
         }
-        Record::Payload(p) => {
-            tx.prepare_cached("INSERT OR IGNORE INTO payloads VALUES (?1, ?2, ?3)")?
-                .execute(params![run, p.sha256, p.body])?;
-        }
+        Record::Payload(p) => keep_payload(tx, run, &p.sha256, &p.body)?,
         Record::SegmentStarted { rows_skipped } => {
             tx.prepare_cached(
                 "INSERT INTO segments (run_id, segment, started_at_ms, status, rows_skipped)
