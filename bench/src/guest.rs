@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 use weir::config::GuestLimits;
-use weir::runtime::{NodeRuntime, NodeServices, Runtime, builtin};
+use weir::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
 
 const INSTANCES: usize = 200;
 
@@ -17,7 +17,8 @@ pub async fn report() -> anyhow::Result<()> {
     let loaded = runtime.load(llm.bytes, "llm")?;
     let services = Arc::new(NodeServices {
         node_name: "bench".into(),
-        grants: Default::default(),
+        endpoints: Vec::new(),
+        outbound: Outbound::Live(Default::default()),
         audit: None,
     });
     let options = r#"{"template": "Review: {{ row.text }}", "model": "m"}"#.to_string();

@@ -4,14 +4,18 @@
 //! Layers, each depending only on those below it:
 //! - [`cli`]: the command line;
 //! - [`engine`]: streams rows from the source through the nodes to the sinks;
+//!   [`fixtures`] runs one node's component against scripted cases instead
+//!   (`weir test`), and [`authoring`] scaffolds and builds guests;
 //! - [`runtime`]: loads guest components and implements their imports on top of
 //! - [`services`]: the pooled HTTP executor and the audit trail;
 //! - [`config`], [`io`], [`types`], [`hashing`]: the pipeline file, row
 //!   readers and writers, and shared data.
 
+pub mod authoring;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod fixtures;
 pub mod hashing;
 pub mod io;
 pub mod runtime;

@@ -1,13 +1,16 @@
 //! Builds the built-in guests into components and keeps `guests/dist/` honest:
 //! a manifest records the hash of the sources each component was built from.
 
-use crate::toolchain::Toolchain;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use weir::authoring::{
+    componentize,
+    toolchain::{self, Toolchain},
+};
 
 const DIST: &str = "guests/dist";
 const MANIFEST: &str = "guests/dist/manifest.json";
@@ -37,7 +40,10 @@ pub fn build_all(root: &Path) -> Result<()> {
     fs::create_dir_all(root.join(DIST))?;
     for guest in discover(root)? {
         let status = toolchain
-            .cargo_build(&guest.package, &target_dir)
+            .cargo_build()
+            .args(["--package", &guest.package, "--profile", "guest"])
+            .arg("--target-dir")
+            .arg(&target_dir)
             .current_dir(root)
             .status()
             .with_context(|| format!("running cargo for guest `{}`", guest.name))?;
@@ -45,7 +51,7 @@ pub fn build_all(root: &Path) -> Result<()> {
             bail!("guest `{}` failed to build", guest.name);
         }
         let core_path = target_dir
-            .join(crate::toolchain::TARGET)
+            .join(toolchain::TARGET)
             .join("guest")
             .join(format!("{}.wasm", guest.package.replace('-', "_")));
         let core =
@@ -131,12 +137,13 @@ fn discover(root: &Path) -> Result<Vec<Guest>> {
     Ok(guests)
 }
 
-/// Hashes file paths and contents, in a stable order, of the guest's folder
-/// and of the WIT contract it is built against.
+/// Hashes file paths and contents, in a stable order, of the guest's folder,
+/// of the WIT contracts and of the Rust SDK guests may build on.
 fn source_hash(root: &Path, guest: &Guest) -> Result<String> {
     let mut files = Vec::new();
     collect_files(&guest.dir, &mut files)?;
     collect_files(&root.join("wit"), &mut files)?;
+    collect_files(&root.join("sdk/rust"), &mut files)?;
     files.sort();
     let mut hasher = Sha256::new();
     for file in files {
@@ -162,11 +169,4 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn componentize(core: &[u8]) -> Result<Vec<u8>> {
-    let mut encoder = wit_component::ComponentEncoder::default();
-    encoder.module(core)?;
-    encoder.validate(true);
-    encoder.encode()
 }

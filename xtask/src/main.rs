@@ -5,7 +5,6 @@
 //! `cargo xtask check-guests` fails when a committed component is stale.
 
 mod guests;
-mod toolchain;
 
 use anyhow::{Result, bail};
 use std::path::PathBuf;

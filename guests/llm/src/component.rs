@@ -5,7 +5,7 @@ use crate::node::{LlmNode, Outcome};
 use std::cell::RefCell;
 
 wit_bindgen::generate!({
-    path: "../../wit/0.1.0",
+    path: "../../wit/0.2.0",
     world: "node",
 });
 

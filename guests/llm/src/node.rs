@@ -287,7 +287,7 @@ impl LlmNode {
         };
         let keep_raw =
             |row: u32| host.attach(row, &self.key("raw_answer", compiled), &answer.content);
-        let value = match parse::extract_json(&answer.content) {
+        let value = match weir_sdk::json::extract_json(&answer.content) {
             Ok(v) => v,
             Err(e) => {
                 unit.rows.iter().for_each(|r| keep_raw(*r));

@@ -73,12 +73,63 @@ enum Command {
         #[command(flatten)]
         database: Database,
     },
+    /// Write and build transform components in Rust, Python, JavaScript or C.
+    Guest {
+        #[command(subcommand)]
+        command: GuestCommand,
+    },
+    /// Test transform components against fixtures files: each case's rows go
+    /// through the real component in the real host, endpoint answers come
+    /// from the file, and nothing is sent anywhere.
+    Test {
+        /// Fixtures files, or guest folders holding a `fixtures.yaml`.
+        #[arg(required = true)]
+        fixtures: Vec<PathBuf>,
+        /// The component to test, in place of each file's `component:`.
+        #[arg(long)]
+        component: Option<PathBuf>,
+    },
+    /// Write a fixtures file from a run in the audit database: the rows one
+    /// node saw, the answers its endpoints gave and what it made of them.
+    RecordFixtures {
+        run: i64,
+        /// The node (its `name` in the pipeline file).
+        node: String,
+        /// At most this many cases.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Where to write the fixtures; by default standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        database: Database,
+    },
     /// Delete the bodies a run kept (rows, requests, responses, outputs);
     /// their hashes stay.
     Purge {
         run: i64,
         #[command(flatten)]
         database: Database,
+    },
+}
+
+#[derive(Subcommand)]
+enum GuestCommand {
+    /// Make a new guest folder: a working transform with its fixtures, a
+    /// pipeline to run it in, and a README on building and testing it.
+    New {
+        #[arg(long, value_enum)]
+        lang: crate::authoring::Language,
+        /// The new folder; its name is the guest's name.
+        path: PathBuf,
+    },
+    /// Build the guest in a folder into a component, `<folder>/<folder name>.wasm`.
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Write the component here instead.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -185,6 +236,52 @@ async fn execute(command: Command) -> Result<ExitCode> {
             };
             run(pipeline, Some(resume), true, no_progress).await
         }
+        Command::Guest {
+            command: GuestCommand::New { lang, path },
+        } => {
+            let dir = crate::authoring::new_guest(lang, &path)?;
+            println!("made a {} guest in {}", lang.name(), dir.display());
+            println!(
+                "next: read {}/README.md, or build and test it:",
+                dir.display()
+            );
+            println!("  weir guest build {0} && weir test {0}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Guest {
+            command: GuestCommand::Build { dir, out },
+        } => {
+            crate::authoring::build(&dir, out.as_deref())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Test {
+            fixtures,
+            component,
+        } => test(&fixtures, component.as_deref()).await,
+        Command::RecordFixtures {
+            run,
+            node,
+            limit,
+            output,
+            database,
+        } => {
+            let text = crate::fixtures::record(&crate::fixtures::RecordRequest {
+                audit: database.path()?,
+                run,
+                node,
+                limit,
+                pipeline: database.pipeline.clone(),
+            })?;
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text)
+                        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+                    eprintln!("wrote {}", path.display());
+                }
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Validate { pipeline: path } => {
             let pipeline = config::load(&path)?;
             let nodes = engine::validate(&pipeline).await?;
@@ -243,6 +340,26 @@ async fn run(
         ExitCode::SUCCESS
     } else {
         ExitCode::from(ROWS_FAILED)
+    })
+}
+
+async fn test(files: &[PathBuf], component: Option<&std::path::Path>) -> Result<ExitCode> {
+    let runtime = crate::runtime::Runtime::new()?;
+    let mut total = crate::fixtures::Tally::default();
+    let mut stdout = std::io::stdout();
+    for given in files {
+        let path = crate::fixtures::fixtures_path(given);
+        let tally = crate::fixtures::run_file(&runtime, &path, component, &mut stdout).await?;
+        total.passed += tally.passed;
+        total.failed += tally.failed;
+    }
+    if files.len() > 1 {
+        println!("in all: {} passed, {} failed", total.passed, total.failed);
+    }
+    Ok(if total.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     })
 }
 

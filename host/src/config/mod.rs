@@ -2,7 +2,7 @@
 //! and what to change.
 
 mod interpolate;
-mod locate;
+pub mod locate;
 pub mod model;
 
 pub use model::{BatchMode, EndpointKind, EndpointSpec, Format, PipelineSpec};
@@ -42,6 +42,18 @@ impl PipelineFile {
 pub enum ComponentRef {
     Builtin(String),
     File(PathBuf),
+}
+
+impl ComponentRef {
+    /// A path (it ends in `.wasm` or has a `/`) is a file, taken relative to
+    /// `base`; anything else names a built-in component.
+    pub fn parse(text: &str, base: &Path) -> Self {
+        if text.ends_with(".wasm") || text.contains('/') {
+            ComponentRef::File(base.join(text))
+        } else {
+            ComponentRef::Builtin(text.to_string())
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -175,6 +187,52 @@ pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -
     let spec: PipelineSpec =
         serde_yaml::from_str(&file.text).map_err(|e| parse_error(&file, &e))?;
     resolve(file, spec)
+}
+
+/// One transform as the pipeline file writes it, without checking the rest
+/// of the file; a variable the environment lacks and that has no default is
+/// left as written, so no key is needed. For `weir record-fixtures`.
+pub struct WrittenTransform {
+    pub component: ComponentRef,
+    /// The options as JSON.
+    pub options: serde_json::Value,
+    /// The endpoint names the component uses, in the file's order.
+    pub endpoints: Vec<String>,
+    /// SHA-256 of the file as written.
+    pub file_sha256: String,
+}
+
+pub fn transform_as_written(path: &Path, name: &str) -> Result<WrittenTransform> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let text = interpolate::interpolate(&raw, |var| {
+        std::env::var(var)
+            .ok()
+            .or_else(|| (!raw.contains(&format!("${{{var}:-"))).then(|| format!("${{{var}}}")))
+    })
+    .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    let spec: PipelineSpec =
+        serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let transform = spec
+        .transforms
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| anyhow!("{} has no transform named `{name}`", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    Ok(WrittenTransform {
+        component: ComponentRef::parse(&transform.component, dir),
+        options: match &transform.options {
+            Some(options) => serde_json::to_value(options)?,
+            None => serde_json::json!({}),
+        },
+        endpoints: transform
+            .endpoints
+            .pairs()
+            .into_iter()
+            .map(|(alias, _)| alias)
+            .collect(),
+        file_sha256: crate::hashing::sha256_hex(&raw),
+    })
 }
 
 /// `audit.path` against the pipeline's folder, or the default beside the

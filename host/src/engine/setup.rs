@@ -4,8 +4,7 @@
 use crate::config::{Batch, GuestLimits, OnError};
 use crate::config::{ComponentRef, NodeConfig, Pipeline};
 use crate::hashing;
-use crate::runtime::bindings::WIT_VERSION;
-use crate::runtime::{NodeRuntime, NodeServices, Runtime, builtin};
+use crate::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
 use crate::services::audit::{AuditLog, EndpointRecord, NodeRecord, Record};
 use crate::services::executor::Executor;
 use anyhow::{Context, Result};
@@ -108,26 +107,8 @@ async fn prepare_node(
             format!("transform `{}`: {message}", config.name),
         )
     };
-    let (bytes, origin) = match &config.component {
-        ComponentRef::Builtin(name) => match builtin::find(name) {
-            Some(b) => (b.bytes.to_vec(), format!("built-in component `{name}`")),
-            None => {
-                return Err(at(
-                    "component",
-                    format!(
-                        "`{name}` is not a built-in component (built-ins: {}); a component file \
-                         is given by a path ending in .wasm",
-                        builtin::names().join(", ")
-                    ),
-                ));
-            }
-        },
-        ComponentRef::File(path) => (
-            std::fs::read(path)
-                .map_err(|e| at("component", format!("cannot read {}: {e}", path.display())))?,
-            path.display().to_string(),
-        ),
-    };
+    let (bytes, origin) =
+        builtin::read(&config.component).map_err(|message| at("component", message))?;
     let loaded = runtime
         .load(&bytes, &origin)
         .map_err(|e| at("component", format!("{e:#}")))?;
@@ -143,7 +124,12 @@ async fn prepare_node(
         .collect();
     let services = Arc::new(NodeServices {
         node_name: config.name.clone(),
-        grants,
+        endpoints: config
+            .grants
+            .iter()
+            .map(|(alias, _)| alias.clone())
+            .collect(),
+        outbound: Outbound::Live(grants),
         audit: audit.cloned(),
     });
     let node_runtime = NodeRuntime::new(
@@ -162,7 +148,7 @@ async fn prepare_node(
             ),
             None => at("options", m),
         },
-        other => at("component", other.to_string()),
+        other => at("component", format!("{origin}: {other}")),
     })?;
     let record = NodeRecord {
         node_id: config.index,
@@ -172,7 +158,7 @@ async fn prepare_node(
             ComponentRef::File(path) => path.display().to_string(),
         },
         component_sha256: loaded.sha256.clone(),
-        wit_version: WIT_VERSION.to_string(),
+        wit_version: node_runtime.contract().version().to_string(),
         options_sha256: hashing::json_text_sha256(&config.options_json),
         output_fields: node_runtime.output_fields().to_vec(),
     };

@@ -3,14 +3,16 @@
 pub mod bindings;
 pub mod builtin;
 mod cache;
+pub mod contract;
 mod limits;
 mod pool;
 mod state;
+mod stderr;
 
 pub use limits::LimitHit;
 
 pub use pool::{GuestInstance, NodeRuntime, NodeSetupError};
-pub use state::{NodeServices, RowScope};
+pub use state::{NodeServices, Outbound, RowScope, Script};
 
 use anyhow::{Context, Result};
 use state::GuestState;
@@ -39,7 +41,10 @@ impl Runtime {
         let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
         limits::start_ticker(&engine);
         let mut linker = Linker::new(&engine);
-        bindings::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+        // Every supported contract is linked: each component picks its own.
+        bindings::v0_1::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(anyhow::Error::from)?;
+        bindings::v0_2::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(anyhow::Error::from)?;
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
         let cache = cache::ComponentCache::new(&engine);

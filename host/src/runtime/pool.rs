@@ -2,7 +2,8 @@
 //! node keeps a pool of configured instances, created on demand up to its
 //! concurrency and reused afterwards; one that trapped is thrown away.
 
-use super::bindings::{self, NodeInfo, NodePre, Outcome};
+use super::bindings::{NodeInfo, Outcome, v0_1, v0_2};
+use super::contract::{self, Contract};
 use super::limits::LimitHit;
 use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
@@ -13,7 +14,81 @@ use wasmtime::{Store, UpdateDeadline};
 
 pub struct GuestInstance {
     store: Store<GuestState>,
-    bindings: bindings::Node,
+    exports: Exports,
+}
+
+/// A linked component, ready to instantiate, under the bindings of the
+/// contract it was built against.
+enum Pre {
+    V0_1(v0_1::NodePre<GuestState>),
+    V0_2(v0_2::NodePre<GuestState>),
+}
+
+impl Pre {
+    fn new(
+        contract: Contract,
+        instance_pre: wasmtime::component::InstancePre<GuestState>,
+    ) -> wasmtime::Result<Self> {
+        Ok(match contract {
+            Contract::V0_1 => Pre::V0_1(v0_1::NodePre::new(instance_pre)?),
+            Contract::V0_2 => Pre::V0_2(v0_2::NodePre::new(instance_pre)?),
+        })
+    }
+
+    async fn instantiate(&self, store: &mut Store<GuestState>) -> wasmtime::Result<Exports> {
+        Ok(match self {
+            Pre::V0_1(pre) => Exports::V0_1(pre.instantiate_async(store).await?),
+            Pre::V0_2(pre) => Exports::V0_2(pre.instantiate_async(store).await?),
+        })
+    }
+}
+
+/// An instance's exports; results come back as the current contract's types.
+enum Exports {
+    V0_1(v0_1::Node),
+    V0_2(v0_2::Node),
+}
+
+impl Exports {
+    async fn configure(
+        &self,
+        store: &mut Store<GuestState>,
+        options: &String,
+    ) -> wasmtime::Result<Result<NodeInfo, String>> {
+        Ok(match self {
+            Exports::V0_1(node) => node
+                .weir_transform_transform()
+                .call_configure(store, options)
+                .await?
+                .map(v0_1::node_info_to_current),
+            Exports::V0_2(node) => {
+                node.weir_transform_transform()
+                    .call_configure(store, options)
+                    .await?
+            }
+        })
+    }
+
+    async fn process(
+        &self,
+        store: &mut Store<GuestState>,
+        rows: &[String],
+    ) -> wasmtime::Result<Vec<Outcome>> {
+        Ok(match self {
+            Exports::V0_1(node) => node
+                .weir_transform_transform()
+                .call_process(store, rows)
+                .await?
+                .into_iter()
+                .map(v0_1::outcome_to_current)
+                .collect(),
+            Exports::V0_2(node) => {
+                node.weir_transform_transform()
+                    .call_process(store, rows)
+                    .await?
+            }
+        })
+    }
 }
 
 impl GuestInstance {
@@ -22,14 +97,10 @@ impl GuestInstance {
         self.store.data_mut().cpu.refill();
         self.store.set_epoch_deadline(1);
         self.store.data_mut().scope = scope;
-        let result = self
-            .bindings
-            .weir_transform_transform()
-            .call_process(&mut self.store, rows)
-            .await
-            .map_err(anyhow::Error::from);
+        let result = self.exports.process(&mut self.store, rows).await;
         self.store.data_mut().scope.clear();
-        result
+        let stderr = self.store.data().stderr.take();
+        result.map_err(|trap| explain_trap(&trap, &stderr))
     }
 
     /// The limit that made the last call trap, if one did.
@@ -44,8 +115,22 @@ impl GuestInstance {
     }
 }
 
+/// A trap as users read it: its cause and what the guest last wrote to
+/// stderr; the wasm backtrace goes to the debug log.
+fn explain_trap(trap: &wasmtime::Error, stderr: &str) -> anyhow::Error {
+    tracing::debug!("guest trap: {trap:?}");
+    let cause = trap.root_cause().to_string();
+    let stderr = stderr.trim();
+    if stderr.is_empty() {
+        anyhow!("{cause}")
+    } else {
+        anyhow!("{cause}; the component wrote to stderr:\n{stderr}")
+    }
+}
+
 pub struct NodeRuntime {
-    pre: NodePre<GuestState>,
+    pre: Pre,
+    contract: Contract,
     engine: wasmtime::Engine,
     services: Arc<NodeServices>,
     limits: GuestLimits,
@@ -64,13 +149,20 @@ impl NodeRuntime {
         options_json: String,
         limits: GuestLimits,
     ) -> Result<Self, NodeSetupError> {
+        let contract = contract::detect(runtime.engine(), &loaded.component)
+            .map_err(NodeSetupError::Contract)?;
+        let link_error = |e: wasmtime::Error| NodeSetupError::Link {
+            contract,
+            message: format!("{e:#}"),
+        };
         let instance_pre = runtime
             .linker()
             .instantiate_pre(&loaded.component)
-            .map_err(|e| NodeSetupError::Link(format!("{e:#}")))?;
-        let pre = NodePre::new(instance_pre).map_err(|e| NodeSetupError::Link(format!("{e:#}")))?;
+            .map_err(link_error)?;
+        let pre = Pre::new(contract, instance_pre).map_err(link_error)?;
         let mut node = Self {
             pre,
+            contract,
             engine: runtime.engine().clone(),
             services,
             limits,
@@ -84,6 +176,11 @@ impl NodeRuntime {
         node.info = info;
         node.idle.lock().expect("pool lock").push(instance);
         Ok(node)
+    }
+
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> Contract {
+        self.contract
     }
 
     pub fn output_fields(&self) -> &[String] {
@@ -106,18 +203,19 @@ impl NodeRuntime {
         });
         // Starting and configuring are held to the same limit as a call.
         store.set_epoch_deadline(1);
-        let bindings = self
-            .pre
-            .instantiate_async(&mut store)
+        let exports = self.pre.instantiate(&mut store).await.map_err(|e| {
+            let trap = explain_trap(&e, &store.data().stderr.take());
+            NodeSetupError::Trap(format!("instantiating: {trap}"))
+        })?;
+        let info = exports
+            .configure(&mut store, &self.options_json)
             .await
-            .map_err(|e| NodeSetupError::Trap(format!("instantiating: {e:#}")))?;
-        let info = bindings
-            .weir_transform_transform()
-            .call_configure(&mut store, &self.options_json)
-            .await
-            .map_err(|e| NodeSetupError::Trap(format!("configure trapped: {e:#}")))?
+            .map_err(|e| {
+                let trap = explain_trap(&e, &store.data().stderr.take());
+                NodeSetupError::Trap(format!("configure trapped: {trap}"))
+            })?
             .map_err(NodeSetupError::Options)?;
-        Ok((GuestInstance { store, bindings }, info))
+        Ok((GuestInstance { store, exports }, info))
     }
 
     /// An idle instance, or a new configured one.
@@ -140,8 +238,10 @@ impl NodeRuntime {
 
 #[derive(Debug)]
 pub enum NodeSetupError {
-    /// The component does not fit the `weir:transform` world.
-    Link(String),
+    /// The component targets no contract version this host supports.
+    Contract(String),
+    /// The component does not fit the `weir:transform` world it names.
+    Link { contract: Contract, message: String },
     /// The component trapped while starting.
     Trap(String),
     /// The component refused its options.
@@ -151,10 +251,11 @@ pub enum NodeSetupError {
 impl std::fmt::Display for NodeSetupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Link(m) => write!(
+            Self::Contract(m) => write!(f, "{m}"),
+            Self::Link { contract, message } => write!(
                 f,
-                "the component does not implement the weir:transform@{} world: {m}",
-                bindings::WIT_VERSION
+                "the component does not implement the weir:transform@{} world: {message}",
+                contract.version()
             ),
             Self::Trap(m) => write!(f, "the component failed while starting: {m}"),
             Self::Options(m) => write!(f, "{m}"),

@@ -1,8 +1,10 @@
 //! The state each guest instance's store holds, and the host side of the
-//! `executor`, `audit` and `log` imports.
+//! `executor`, `audit`, `log` and `context` imports (of every supported
+//! contract version: older ones convert and delegate to the current one).
 
-use super::bindings::{self, CallError, Level, Request, Response};
+use super::bindings::{CallError, Level, Request, Response, v0_1, v0_2};
 use super::limits::{CpuBudget, MemoryLimit};
+use super::stderr::StderrTail;
 use crate::config::GuestLimits;
 use crate::hashing;
 use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Json, Record, now_ms};
@@ -19,8 +21,26 @@ use wasmtime_wasi::{
 /// name the guest uses for them, and where to record.
 pub struct NodeServices {
     pub node_name: String,
-    pub grants: BTreeMap<String, Arc<Endpoint>>,
+    /// The granted endpoint names, in the order the pipeline file lists them.
+    pub endpoints: Vec<String>,
+    pub outbound: Outbound,
     pub audit: Option<Arc<AuditLog>>,
+}
+
+/// Where a node's requests go.
+pub enum Outbound {
+    /// To real endpoints, through the pooled executor, by granted name.
+    Live(BTreeMap<String, Arc<Endpoint>>),
+    /// To a script that answers in place of the endpoints (`weir test`):
+    /// nothing leaves the process.
+    Scripted(Arc<dyn Script>),
+}
+
+/// Scripted answers for a node's requests.
+pub trait Script: Send + Sync {
+    /// The answer to `body`, sent to the granted endpoint `endpoint` for row
+    /// `row` of the current `process` call.
+    fn answer(&self, row: u32, endpoint: &str, body: &str) -> Result<Response, CallError>;
 }
 
 /// The audit identity of one row within the current `process` call.
@@ -66,11 +86,13 @@ pub struct GuestState {
     // WASI is linked so that components whose language runtime imports it
     // load, but the context grants nothing: see `sealed_wasi`.
     wasi: WasiCtx,
+    pub(super) stderr: StderrTail,
     table: ResourceTable,
 }
 
 impl GuestState {
     pub fn new(node: Arc<NodeServices>, limits: &GuestLimits) -> Self {
+        let stderr = StderrTail::default();
         Self {
             node,
             cpu: CpuBudget::new(limits.cpu_per_call),
@@ -79,7 +101,8 @@ impl GuestState {
                 hit: false,
             },
             scope: Vec::new(),
-            wasi: sealed_wasi(),
+            wasi: sealed_wasi(&stderr),
+            stderr,
             table: ResourceTable::new(),
         }
     }
@@ -87,12 +110,13 @@ impl GuestState {
 
 /// A WASI context that grants nothing a guest could learn the world from: no
 /// files, environment, arguments or sockets; clocks stopped at the Unix epoch;
-/// randomness from a fixed sequence. A guest therefore processes a row the
+/// randomness from a fixed sequence. Only stderr is kept, to explain traps. A guest therefore processes a row the
 /// same way every time, which is also what lets a resumed run recognise the
 /// requests it already paid for.
-fn sealed_wasi() -> WasiCtx {
+fn sealed_wasi(stderr: &StderrTail) -> WasiCtx {
     let mut builder = WasiCtx::builder();
     builder
+        .stderr(stderr.clone())
         .wall_clock(StoppedClock)
         .monotonic_clock(StoppedClock)
         .secure_random(Deterministic::new(fixed_bytes()))
@@ -144,13 +168,12 @@ impl WasiView for GuestState {
     }
 }
 
-impl bindings::weir::transform::types::Host for GuestState {}
+impl v0_2::weir::transform::types::Host for GuestState {}
 
-impl bindings::weir::transform::executor::Host for GuestState {
+impl v0_2::weir::transform::executor::Host for GuestState {
     async fn send(&mut self, requests: Vec<Request>) -> Vec<Result<Response, CallError>> {
         let calls = requests.into_iter().map(|request| {
             let scope = self.scope.get(request.row as usize).cloned();
-            let endpoint = self.node.grants.get(&request.endpoint).cloned();
             let node = Arc::clone(&self.node);
             let rows = self.scope.len();
             async move {
@@ -160,10 +183,18 @@ impl bindings::weir::transform::executor::Host for GuestState {
                         request.row
                     )));
                 };
-                let Some(endpoint) = endpoint else {
+                if !node.endpoints.contains(&request.endpoint) {
                     return Err(CallError::Denied(denied_message(&node, &request.endpoint)));
-                };
-                send_one(&node, &endpoint, &scope, request.body).await
+                }
+                match &node.outbound {
+                    Outbound::Live(grants) => {
+                        let endpoint = &grants[&request.endpoint];
+                        send_one(&node, endpoint, &scope, request.body).await
+                    }
+                    Outbound::Scripted(script) => {
+                        script.answer(request.row, &request.endpoint, &request.body)
+                    }
+                }
             }
         });
         futures::future::join_all(calls).await
@@ -171,7 +202,7 @@ impl bindings::weir::transform::executor::Host for GuestState {
 }
 
 fn denied_message(node: &NodeServices, endpoint: &str) -> String {
-    let granted: Vec<&str> = node.grants.keys().map(String::as_str).collect();
+    let granted: Vec<&str> = node.endpoints.iter().map(String::as_str).collect();
     format!(
         "endpoint `{endpoint}` is not granted to node `{}` (granted: {}); add it to the node's `endpoints:`",
         node.node_name,
@@ -278,7 +309,7 @@ fn to_wit_response(r: executor::Response) -> Response {
     }
 }
 
-impl bindings::weir::transform::audit::Host for GuestState {
+impl v0_2::weir::transform::audit::Host for GuestState {
     async fn attach(&mut self, row: u32, key: String, value: String) {
         let (Some(audit), Some(scope)) = (&self.node.audit, self.scope.get(row as usize)) else {
             return;
@@ -291,7 +322,7 @@ impl bindings::weir::transform::audit::Host for GuestState {
     }
 }
 
-impl bindings::weir::transform::log::Host for GuestState {
+impl v0_2::weir::transform::log::Host for GuestState {
     async fn log(&mut self, level: Level, message: String) {
         let node = self.node.node_name.as_str();
         match level {
@@ -301,5 +332,52 @@ impl bindings::weir::transform::log::Host for GuestState {
             Level::Warn => tracing::warn!(node, "{message}"),
             Level::Error => tracing::error!(node, "{message}"),
         }
+    }
+}
+
+impl v0_2::weir::transform::context::Host for GuestState {
+    async fn node_name(&mut self) -> String {
+        self.node.node_name.clone()
+    }
+
+    async fn endpoints(&mut self) -> Vec<String> {
+        self.node.endpoints.clone()
+    }
+}
+
+impl v0_1::weir::transform::types::Host for GuestState {}
+
+impl v0_1::weir::transform::executor::Host for GuestState {
+    async fn send(
+        &mut self,
+        requests: Vec<v0_1::weir::transform::executor::Request>,
+    ) -> Vec<
+        Result<
+            v0_1::weir::transform::executor::Response,
+            v0_1::weir::transform::executor::CallError,
+        >,
+    > {
+        let requests = requests.into_iter().map(v0_1::request_to_current).collect();
+        v0_2::weir::transform::executor::Host::send(self, requests)
+            .await
+            .into_iter()
+            .map(|result| {
+                result
+                    .map(v0_1::response_from_current)
+                    .map_err(v0_1::call_error_from_current)
+            })
+            .collect()
+    }
+}
+
+impl v0_1::weir::transform::audit::Host for GuestState {
+    async fn attach(&mut self, row: u32, key: String, value: String) {
+        v0_2::weir::transform::audit::Host::attach(self, row, key, value).await
+    }
+}
+
+impl v0_1::weir::transform::log::Host for GuestState {
+    async fn log(&mut self, level: v0_1::weir::transform::log::Level, message: String) {
+        v0_2::weir::transform::log::Host::log(self, v0_1::level_to_current(level), message).await
     }
 }

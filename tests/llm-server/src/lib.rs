@@ -27,6 +27,9 @@ pub enum Reply {
     /// JSON following the request's `json_schema`, each value derived from
     /// the prompt (see `structured`), bundles answered entry by entry.
     Structured,
+    /// One of the labels the system prompt lists after `labels:`: one the
+    /// message names, else one picked by a hash of the message.
+    Label,
 }
 
 /// A way to answer badly.
@@ -204,10 +207,38 @@ impl Drop for TestLlmServer {
 }
 
 /// The answer the server gives to `message` under `reply`.
+/// The label `Reply::Label` gives: deterministic, and always one listed.
+pub fn label_answer(body: &Value, message: &str) -> String {
+    let system = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "system"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    let labels: Vec<&str> = system
+        .split_once("labels:")
+        .map(|(_, rest)| rest.split('.').next().unwrap_or_default())
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if labels.is_empty() {
+        return "no labels were listed".into();
+    }
+    let lower = message.to_lowercase();
+    if let Some(named) = labels.iter().find(|l| lower.contains(&l.to_lowercase())) {
+        return named.to_string();
+    }
+    let hash = message.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    labels[(hash % labels.len() as u64) as usize].to_string()
+}
+
 pub fn expected_answer(reply: Reply, message: &str) -> String {
     match reply {
         // A structured server asked for plain text echoes too.
-        Reply::Echo | Reply::Structured => format!("echo: {message}"),
+        Reply::Echo | Reply::Structured | Reply::Label => format!("echo: {message}"),
         Reply::Sentiment => {
             let lower = message.to_lowercase();
             let score = |words: &[&str]| words.iter().filter(|w| lower.contains(*w)).count();
@@ -454,6 +485,7 @@ async fn answer(
     log(200, None);
     let content = match script.reply {
         Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),
+        Reply::Label => label_answer(&parsed, &user_message),
         reply => expected_answer(reply, &user_message),
     };
     // Words of every message stand in for tokens: enough to compare prompts.

@@ -203,7 +203,55 @@ impl History {
         })
     }
 
-    fn payload(&self, run_id: i64, sha256: &str) -> Result<Option<String>> {
+    /// The node's position in the run's pipeline, and the rows that finished
+    /// a state there, first `limit` in source order.
+    pub fn rows_through_node(
+        &self,
+        run_id: i64,
+        node_name: &str,
+        limit: usize,
+    ) -> Result<(usize, Vec<u64>)> {
+        let node_id: Option<usize> = self
+            .conn
+            .query_row(
+                "SELECT node_id FROM nodes WHERE run_id = ?1 AND name = ?2",
+                params![run_id, node_name],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(node_id) = node_id else {
+            let names: Vec<String> = self
+                .conn
+                .prepare("SELECT name FROM nodes WHERE run_id = ?1 ORDER BY node_id")?
+                .query_map(params![run_id], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            bail!(
+                "run {run_id} has no node `{node_name}` (its nodes: {})",
+                names.join(", ")
+            );
+        };
+        let rows = self
+            .conn
+            .prepare(
+                "SELECT DISTINCT row_index FROM node_states WHERE run_id = ?1 AND node_id = ?2
+                 ORDER BY row_index LIMIT ?3",
+            )?
+            .query_map(params![run_id, node_id, limit as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok((node_id, rows))
+    }
+
+    /// The SHA-256 of the pipeline file a run was started from, as written.
+    pub fn config_sha256(&self, run_id: i64) -> Result<String> {
+        Ok(self.conn.query_row(
+            "SELECT config_sha256 FROM runs WHERE run_id = ?1",
+            params![run_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// A kept body, by its hash; None when payloads were off or purged.
+    pub fn payload(&self, run_id: i64, sha256: &str) -> Result<Option<String>> {
         Ok(self
             .conn
             .prepare_cached("SELECT body FROM payloads WHERE run_id = ?1 AND sha256 = ?2")?

@@ -12,7 +12,8 @@ struct Args {
     port: u16,
     /// echo: answer `echo: <prompt>`; sentiment: keyword classifier for demos;
     /// structured: JSON following the request's json_schema, values derived
-    /// from the prompt (bundles answered entry by entry).
+    /// from the prompt (bundles answered entry by entry); label: one of the
+    /// labels the system prompt lists after `labels:`.
     #[arg(long, default_value = "sentiment")]
     reply: String,
     #[arg(long, default_value_t = 0)]
@@ -29,7 +30,10 @@ async fn main() -> anyhow::Result<()> {
         "echo" => Reply::Echo,
         "sentiment" => Reply::Sentiment,
         "structured" => Reply::Structured,
-        other => anyhow::bail!("unknown --reply `{other}`: use echo, sentiment or structured"),
+        "label" => Reply::Label,
+        other => {
+            anyhow::bail!("unknown --reply `{other}`: use echo, sentiment, structured or label")
+        }
     };
     let script = Script {
         reply,

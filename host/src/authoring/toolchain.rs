@@ -40,8 +40,9 @@ impl Toolchain {
         }
     }
 
-    /// A `cargo build` of `package` for the wasm target with the `guest` profile.
-    pub fn cargo_build(&self, package: &str, target_dir: &Path) -> Command {
+    /// A `cargo build` for the wasm target; the caller adds what to build
+    /// (`--package`, `--manifest-path`) and the profile.
+    pub fn cargo_build(&self) -> Command {
         let mut cmd = match self {
             Toolchain::Rustup => Command::new(std::env::var("CARGO").unwrap_or("cargo".into())),
             Toolchain::DebianBuildStd => {
@@ -55,17 +56,7 @@ impl Toolchain {
                 c
             }
         };
-        cmd.args([
-            "build",
-            "--package",
-            package,
-            "--target",
-            TARGET,
-            "--profile",
-            "guest",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir);
+        cmd.args(["build", "--target", TARGET]);
         if let Toolchain::DebianBuildStd = self {
             cmd.arg("-Zbuild-std=std,panic_abort");
         }
@@ -85,7 +76,7 @@ fn rustup_has_target() -> bool {
         .unwrap_or(false)
 }
 
-fn which(program: &str) -> bool {
+pub fn which(program: &str) -> bool {
     std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
         .unwrap_or(false)

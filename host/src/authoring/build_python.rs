@@ -1,0 +1,35 @@
+//! Python guests: `app.py` made a component by componentize-py, which embeds
+//! a Python interpreter. The guest's WASI imports are satisfied by weir's
+//! sealed WASI (no files, clocks stopped, fixed randomness).
+
+use anyhow::{Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
+    let Some(tool) = componentize_py(dir) else {
+        bail!(
+            "componentize-py was not found on PATH or in {}/.venv. Install it with:\n  \
+             python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1",
+            dir.display()
+        );
+    };
+    let out = work.join("component.wasm");
+    let mut command = Command::new(tool);
+    command
+        .arg("-d")
+        .arg(wit_dir)
+        .args(["-w", "node", "componentize", "app", "-o"])
+        .arg(&out)
+        .current_dir(dir);
+    super::run(command, "componentize-py")?;
+    Ok(std::fs::read(out)?)
+}
+
+fn componentize_py(dir: &Path) -> Option<PathBuf> {
+    let local = dir.join(".venv/bin/componentize-py");
+    if local.is_file() {
+        return Some(local);
+    }
+    super::toolchain::which("componentize-py").then(|| PathBuf::from("componentize-py"))
+}

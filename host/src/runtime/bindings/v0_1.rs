@@ -1,0 +1,69 @@
+//! `weir:transform@0.1.0`: the first released contract. Its types are the
+//! same shapes as 0.2.0's; the functions here convert between them.
+
+wasmtime::component::bindgen!({
+    path: "../wit/0.1.0",
+    world: "node",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+use super::v0_2;
+use exports::weir::transform::transform as export;
+use weir::transform::{executor, log};
+
+pub fn request_to_current(r: executor::Request) -> v0_2::weir::transform::executor::Request {
+    v0_2::weir::transform::executor::Request {
+        endpoint: r.endpoint,
+        body: r.body,
+        row: r.row,
+    }
+}
+
+pub fn response_from_current(r: v0_2::weir::transform::executor::Response) -> executor::Response {
+    executor::Response {
+        status: r.status,
+        body: r.body,
+        attempts: r.attempts,
+        latency_ms: r.latency_ms,
+    }
+}
+
+pub fn call_error_from_current(
+    e: v0_2::weir::transform::executor::CallError,
+) -> executor::CallError {
+    use v0_2::weir::transform::executor::CallError as Current;
+    match e {
+        Current::Denied(m) => executor::CallError::Denied(m),
+        Current::Status(r) => executor::CallError::Status(response_from_current(r)),
+        Current::DeadlineExceeded(m) => executor::CallError::DeadlineExceeded(m),
+        Current::Transport(m) => executor::CallError::Transport(m),
+    }
+}
+
+pub fn level_to_current(level: log::Level) -> v0_2::weir::transform::log::Level {
+    use v0_2::weir::transform::log::Level as Current;
+    match level {
+        log::Level::Trace => Current::Trace,
+        log::Level::Debug => Current::Debug,
+        log::Level::Info => Current::Info,
+        log::Level::Warn => Current::Warn,
+        log::Level::Error => Current::Error,
+    }
+}
+
+pub fn node_info_to_current(info: export::NodeInfo) -> super::NodeInfo {
+    super::NodeInfo {
+        output_fields: info.output_fields,
+    }
+}
+
+pub fn outcome_to_current(outcome: export::Outcome) -> super::Outcome {
+    match outcome {
+        export::Outcome::Rows(rows) => super::Outcome::Rows(rows),
+        export::Outcome::Failed(e) => super::Outcome::Failed(super::GuestRowError {
+            code: e.code,
+            message: e.message,
+        }),
+    }
+}

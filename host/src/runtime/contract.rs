@@ -1,0 +1,78 @@
+//! Which `weir:transform` contract a component was built against, read from
+//! the name of the interface it exports (`weir:transform/transform@X.Y.Z`).
+
+use semver::Version;
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+const EXPORT_PREFIX: &str = "weir:transform/transform@";
+
+/// The contract versions this host can run, oldest first. Each has its own
+/// bindings in `bindings`, generated from its own folder under `wit/`.
+pub const SUPPORTED: &[Contract] = &[Contract::V0_1, Contract::V0_2];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Contract {
+    V0_1,
+    V0_2,
+}
+
+impl Contract {
+    pub fn version(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1.0",
+            Contract::V0_2 => "0.2.0",
+        }
+    }
+
+    pub fn newest() -> Contract {
+        *SUPPORTED.last().expect("at least one contract")
+    }
+}
+
+/// The supported versions as users read them: `0.1.0 to 0.2.0`.
+pub fn supported_range() -> String {
+    format!(
+        "{} to {}",
+        SUPPORTED[0].version(),
+        Contract::newest().version()
+    )
+}
+
+/// Reads the contract version from the component's exports and checks that
+/// this host supports it; the error names the version and the range.
+pub fn detect(engine: &Engine, component: &Component) -> Result<Contract, String> {
+    let ty = component.component_type();
+    let exported: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let Some(version_text) = exported
+        .iter()
+        .find_map(|name| name.strip_prefix(EXPORT_PREFIX))
+    else {
+        return Err(format!(
+            "it does not export `{EXPORT_PREFIX}…`, so it is not a weir transform (it exports: {}); \
+             build it against the WIT contract that `weir guest new` writes",
+            if exported.is_empty() {
+                "nothing".to_string()
+            } else {
+                exported.join(", ")
+            }
+        ));
+    };
+    if let Some(contract) = SUPPORTED.iter().find(|c| c.version() == version_text) {
+        return Ok(*contract);
+    }
+    let advice = match Version::parse(version_text) {
+        Ok(v) if v > Version::parse(Contract::newest().version()).expect("valid version") => {
+            "it is newer than this weir: upgrade weir"
+        }
+        Ok(_) => "rebuild it against a supported contract",
+        Err(_) => "that is not a semantic version",
+    };
+    Err(format!(
+        "it was built against weir:transform@{version_text}; this weir supports {}; {advice}",
+        supported_range()
+    ))
+}

@@ -1,0 +1,78 @@
+//! The services a weir host gives a transform, as a trait: the real imports
+//! inside wasm, [`crate::testing::MockHost`] in native tests.
+
+/// One request to a granted endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The endpoint's name under the node's `endpoints:` in the pipeline file.
+    pub endpoint: String,
+    /// The request body (for `openai` endpoints, a chat-completions body).
+    pub body: String,
+    /// The index, within the current `process` call, of the row it is for.
+    pub row: u32,
+}
+
+/// The final answer to a request, after the host's retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub status: u16,
+    pub body: String,
+    /// Attempts made, retries included (0 when answered from the audit trail).
+    pub attempts: u32,
+    pub latency_ms: u32,
+}
+
+/// Why a request got no successful answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallError {
+    /// The endpoint is not granted to this node, or the row index is wrong.
+    Denied(String),
+    /// An error status that is not retried, or a retryable one after the retries.
+    Status(Response),
+    /// Capacity or transient errors outlasted the endpoint's retry deadline.
+    DeadlineExceeded(String),
+    /// No connection, or it broke before an answer.
+    Transport(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Denied(m) => write!(f, "denied: {m}"),
+            CallError::Status(r) => write!(f, "HTTP {}: {}", r.status, excerpt(&r.body)),
+            CallError::DeadlineExceeded(m) => write!(f, "retries ran past the deadline: {m}"),
+            CallError::Transport(m) => write!(f, "transport error: {m}"),
+        }
+    }
+}
+
+/// The first 200 characters of `text`, for error messages.
+pub(crate) fn excerpt(text: &str) -> String {
+    let mut out: String = text.chars().take(200).collect();
+    if out.len() < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// What a transform can ask of its host.
+pub trait Host {
+    /// Sends every request concurrently; one result per request, in order.
+    fn send(&self, requests: Vec<Request>) -> Vec<Result<Response, CallError>>;
+    /// Attaches a named value to row `row`'s record in the audit trail.
+    fn attach(&self, row: u32, key: &str, value: &str);
+    fn log(&self, level: Level, message: &str);
+    /// The node's name in the pipeline file.
+    fn node_name(&self) -> String;
+    /// The endpoints granted to the node, in the pipeline file's order.
+    fn endpoints(&self) -> Vec<String>;
+}

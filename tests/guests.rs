@@ -1,0 +1,287 @@
+//! Guests from the outside: contract versions (an old component still runs,
+//! an unknown one is refused with the supported range), and `weir test` with
+//! fixtures written by hand or recorded from a real run.
+
+mod common;
+
+use common::*;
+use weir_test_llm_server::{Reply, Script, TestLlmServer};
+
+const CHAOS_V0_1: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../guests/dist/test-chaos.wasm"
+);
+
+/// A component that exports `weir:transform/transform` at `version`, with
+/// bodies that trap: enough to be loaded and judged by its contract.
+fn component_for_contract(version: &str) -> Vec<u8> {
+    component_of(&format!(
+        "package weir:transform@{version};\n\
+         interface transform {{\n  configure: func(options: string) -> result<list<string>, string>;\n}}\n\
+         world node {{ export transform; }}\n"
+    ))
+}
+
+/// A component of the first world in `wit`, made with wit-component.
+fn component_of(wit: &str) -> Vec<u8> {
+    let mut resolve = wit_parser::Resolve::default();
+    let package = resolve.push_str("test.wit", wit).unwrap();
+    let world = resolve.select_world(&[package], None).unwrap();
+    let mut module = wit_component::dummy_module(
+        &resolve,
+        world,
+        wit_parser::ManglingAndAbi::Legacy(wit_parser::LiftLowerAbi::Sync),
+    );
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+        false,
+    )
+    .unwrap();
+    let mut encoder = wit_component::ComponentEncoder::default();
+    encoder.module(&module).unwrap().validate(true);
+    encoder.encode().unwrap()
+}
+
+fn one_node_pipeline(component: &str) -> String {
+    format!(
+        "source:\n  path: in.jsonl\ntransforms:\n  - name: node\n    component: {component}\n\
+         sinks:\n  - path: out.jsonl\n"
+    )
+}
+
+#[tokio::test]
+async fn components_of_the_old_and_the_new_contract_run_in_one_pipeline() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write(
+        "in.jsonl",
+        "{\"id\":1,\"text\":\"a\"}\n{\"id\":2,\"text\":\"b\"}\n",
+    );
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "source:\n  path: in.jsonl\nendpoints:\n  llm:\n    base_url: ${{OPENAI_BASE_URL}}\n    \
+             api_key: ${{OPENAI_API_KEY}}\ntransforms:\n  - name: old\n    component: {CHAOS_V0_1}\n  \
+             - name: new\n    component: llm\n    endpoints: [llm]\n    options:\n{ECHO_OPTIONS}\
+             sinks:\n  - path: out.jsonl\n"
+        ),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = read_jsonl(&ws, "out.jsonl");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["ok"], true, "the 0.1.0 component ran");
+    assert_eq!(
+        rows[1]["llm_response"], "echo: Q2: b",
+        "the 0.2.0 component ran"
+    );
+    let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let versions: Vec<(String, String)> = db
+        .prepare("SELECT name, wit_version FROM nodes ORDER BY node_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        versions,
+        vec![
+            ("old".into(), "0.1.0".into()),
+            ("new".into(), "0.2.0".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_component_of_an_unknown_contract_is_refused_naming_its_version_and_the_range() {
+    let ws = Workspace::new();
+    ws.write("in.jsonl", "{\"id\":1}\n");
+    for (version, advice) in [("0.9.0", "upgrade weir"), ("0.0.3", "rebuild it")] {
+        let file = format!("future-{version}.wasm");
+        std::fs::write(ws.path(&file), component_for_contract(version)).unwrap();
+        let p = ws.write("p.yaml", &one_node_pipeline(&file));
+        let out = weir(&["validate", p.to_str().unwrap()], &[]).await;
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        for needle in [
+            &file,
+            &format!("weir:transform@{version}"),
+            "supports 0.1.0 to 0.2.0",
+            advice,
+            "p.yaml:5",
+        ] {
+            assert!(err.contains(needle), "`{needle}` missing from: {err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_component_that_is_no_transform_is_refused() {
+    let ws = Workspace::new();
+    ws.write("in.jsonl", "{\"id\":1}\n");
+    let other = component_of(
+        "package acme:other@1.0.0;\ninterface run { go: func(); }\nworld w { export run; }\n",
+    );
+    std::fs::write(ws.path("other.wasm"), other).unwrap();
+    let p = ws.write("p.yaml", &one_node_pipeline("other.wasm"));
+    let out = weir(&["validate", p.to_str().unwrap()], &[]).await;
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("not a weir transform") && err.contains("acme:other/run@1.0.0"),
+        "{err}"
+    );
+}
+
+/// Fixtures for the built-in `llm` component asking `llm` by template.
+const LLM_FIXTURES: &str = r#"
+component: llm
+options:
+  model: test-model
+  template: "Q{{ row.id }}: {{ row.text }}"
+  response_field: answer
+endpoints: [llm]
+cases:
+  - name: the answer lands on the row
+    row: {id: 1, text: "hello"}
+    calls:
+      - endpoint: llm
+        request:
+          model: test-model
+          messages: [{role: user, content: "Q1: hello"}]
+        answer: "hi there"
+    expect:
+      rows: [{id: 1, text: "hello", answer: "hi there", answer_usage: null, answer_model: null}]
+  - name: a refused prompt fails the row
+    row: {id: 2, text: "bad"}
+    calls:
+      - status: 400
+        body: {error: {message: "no", code: "content_filter"}}
+    expect:
+      error: content_filtered
+  - name: two rows in one call
+    rows: [{id: 3, text: "a"}, {id: 4, text: "b"}]
+    calls:
+      - answer: "x"
+      - error: {deadline_exceeded: "gave up after 30 s"}
+    expect:
+      - rows: [{id: 3, text: "a", answer: "x", answer_usage: null, answer_model: null}]
+      - error: retry_timeout
+  - name: a bad template is refused at configure
+    options: {template: "{{ row.id ", response_field: answer}
+    expect:
+      configure_error: template
+"#;
+
+#[tokio::test]
+async fn weir_test_passes_matching_fixtures_and_explains_each_mismatch() {
+    let ws = Workspace::new();
+    let good = ws.write("good.yaml", LLM_FIXTURES);
+    let out = weir(&["test", good.to_str().unwrap()], &[]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    assert!(stdout.contains("4 passed, 0 failed"), "{stdout}");
+
+    let bad = ws.write(
+        "bad.yaml",
+        &LLM_FIXTURES
+            .replace("content: \"Q1: hello\"", "content: \"Q1: HELLO\"")
+            .replace(
+                "answer: \"hi there\", answer_usage",
+                "answer: \"bye\", answer_usage",
+            )
+            .replace("      - answer: \"x\"\n", "")
+            .replace("error: content_filtered", "error: llm_call_failed"),
+    );
+    let out = weir(&["test", bad.to_str().unwrap()], &[]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for needle in [
+        "FAIL  the answer lands on the row  (",
+        "sent a different request (- expected, + sent)",
+        "-       \"content\": \"Q1: HELLO\"",
+        "+       \"content\": \"Q1: hello\"",
+        "-     \"answer\": \"bye\",",
+        "+     \"answer\": \"hi there\",",
+        "the row failed with `content_filtered` instead of `llm_call_failed`",
+        "call 2 (row 1, to `llm`) is not scripted; it sent:",
+        "1 passed, 3 failed",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "`{needle}` missing from:\n{stdout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn fixtures_recorded_from_a_run_replay_it_and_catch_a_changed_prompt() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(5));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out.csv", 4, ECHO_OPTIONS),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recorded = ws.path("recorded.yaml");
+    let out = weir(
+        &[
+            "record-fixtures",
+            "1",
+            "ask",
+            "-p",
+            p.to_str().unwrap(),
+            "--limit",
+            "3",
+            "-o",
+            recorded.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = ws.read("recorded.yaml");
+    assert_eq!(text.matches("- name: row ").count(), 3, "{text}");
+    assert!(text.contains(&echo_of(2)), "{text}");
+    assert!(
+        !text.contains(KEY),
+        "the key must not reach a fixtures file"
+    );
+
+    let out = weir(&["test", recorded.to_str().unwrap()], &[]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    assert!(stdout.contains("3 passed, 0 failed"), "{stdout}");
+
+    // The same fixtures against a changed prompt: every case names the change.
+    ws.write(
+        "recorded.yaml",
+        &text.replace(
+            "Q{{ row.id }}: {{ row.text }}",
+            "Q{{ row.id }}:: {{ row.text }}",
+        ),
+    );
+    let out = weir(&["test", recorded.to_str().unwrap()], &[]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert_eq!(
+        stdout.matches("sent a different request").count(),
+        3,
+        "{stdout}"
+    );
+}
