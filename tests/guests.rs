@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use weir_test_llm_server::{Reply, Script, TestLlmServer};
+use weir_test_llm_server::Reply;
 
 const CHAOS_V0_1: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -54,12 +54,7 @@ fn one_node_pipeline(component: &str) -> String {
 
 #[tokio::test]
 async fn components_of_the_old_and_the_new_contract_run_in_one_pipeline() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Echo,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Echo).await;
     let ws = Workspace::new();
     ws.write(
         "in.jsonl",
@@ -224,12 +219,7 @@ async fn weir_test_passes_matching_fixtures_and_explains_each_mismatch() {
 
 #[tokio::test]
 async fn fixtures_recorded_from_a_run_replay_it_and_catch_a_changed_prompt() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Echo,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Echo).await;
     let ws = Workspace::new();
     ws.write("in.csv", &numbered_rows(5));
     let p = ws.write(

@@ -183,12 +183,7 @@ async fn bundles_never_misattribute_and_misses_are_asked_again() {
 
 #[tokio::test]
 async fn a_transform_batch_makes_one_row_and_accounts_for_every_member() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Structured,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Structured).await;
     let ws = Workspace::new();
     ws.write("rows.jsonl", &jsonl_rows(&texts(12)));
     let node = "    batch: {count: 5, mode: transform}\n    options:\n\
@@ -242,12 +237,7 @@ async fn a_failing_batch_still_gives_every_member_an_outcome() {
 
 #[tokio::test]
 async fn a_batch_timeout_fires_while_the_source_is_idle() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Echo,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Echo).await;
     let ws = Workspace::new();
     let fifo = ws.path("rows.jsonl");
     let status = std::process::Command::new("mkfifo")

@@ -34,6 +34,19 @@ impl Workspace {
     }
 }
 
+/// The test LLM server (a test tool, not a model) answering every request
+/// the way `reply` says, with no faults.
+pub async fn server_replying(
+    reply: weir_test_llm_server::Reply,
+) -> weir_test_llm_server::TestLlmServer {
+    weir_test_llm_server::TestLlmServer::start(weir_test_llm_server::Script {
+        reply,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs `weir` with the given environment (and nothing inherited that names a key).
 pub async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));

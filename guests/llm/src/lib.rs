@@ -1,17 +1,37 @@
 //! The built-in `llm` transform: renders a prompt from each row, asks a chat model
 //! through the host's executor and writes the answer onto the row.
 //!
-//! Everything but `component` is plain Rust that runs and is tested natively; the
-//! `component` module only adapts it to the `weir:transform` world.
+//! It is plain Rust that runs and is tested natively; `weir-sdk` makes it
+//! the component's `weir:transform` implementation.
 
 pub mod bundle;
 pub mod chat;
 pub mod hashing;
-pub mod host;
 pub mod node;
 pub mod options;
 pub mod parse;
 pub mod prompt;
 
-#[cfg(target_arch = "wasm32")]
-mod component;
+use weir_sdk::{Host, RawTransform, RowError};
+
+impl RawTransform for node::LlmNode {
+    fn configure(options: &str, _host: &dyn Host) -> Result<Self, String> {
+        node::LlmNode::configure(options)
+    }
+
+    fn output_fields(&self) -> Vec<String> {
+        node::LlmNode::output_fields(self)
+    }
+
+    fn process(&self, rows: &[String], host: &dyn Host) -> Vec<Result<Vec<String>, RowError>> {
+        node::LlmNode::process(self, rows, host)
+            .into_iter()
+            .map(|outcome| match outcome {
+                node::Outcome::Rows(rows) => Ok(rows),
+                node::Outcome::Failed { code, message } => Err(RowError { code, message }),
+            })
+            .collect()
+    }
+}
+
+weir_sdk::export_transform!(node::LlmNode);

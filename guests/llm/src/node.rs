@@ -1,11 +1,13 @@
 //! A configured `llm` node: turns a batch of rows into one outcome per row.
 
-use crate::chat::{self, Failure};
-use crate::host::{Host, Level, Request};
+use crate::chat;
 use crate::options::{LlmOptions, Query};
 use crate::prompt::{Prompts, Rendered};
 use crate::{bundle, hashing, parse};
 use serde_json::{Map, Value};
+use weir_sdk::RowError;
+use weir_sdk::chat::Answer;
+use weir_sdk::host::{Host, Level, Request};
 
 pub type Row = Map<String, Value>;
 
@@ -25,9 +27,12 @@ impl Outcome {
     }
 }
 
-impl From<Failure> for Outcome {
-    fn from(f: Failure) -> Self {
-        Outcome::failed(f.code, f.message)
+impl From<RowError> for Outcome {
+    fn from(f: RowError) -> Self {
+        Outcome::Failed {
+            code: f.code,
+            message: f.message,
+        }
     }
 }
 
@@ -50,7 +55,7 @@ struct Unit {
 }
 
 /// What one query gave one row.
-type QueryResult = Result<Row, Failure>;
+type QueryResult = Result<Row, RowError>;
 
 impl LlmNode {
     pub fn configure(options_json: &str) -> Result<Self, String> {
@@ -88,7 +93,7 @@ impl LlmNode {
     /// executor call, so the rows of a batch and all their queries wait on the
     /// endpoint together rather than in turn. A row gets the answers of all its
     /// queries or fails as a whole.
-    pub fn process(&self, rows: &[String], host: &impl Host) -> Vec<Outcome> {
+    pub fn process(&self, rows: &[String], host: &dyn Host) -> Vec<Outcome> {
         if self.options.batch_template.is_some() {
             return self.summarize(rows, host);
         }
@@ -133,7 +138,7 @@ impl LlmNode {
             .collect()
     }
 
-    fn parse_row(&self, index: u32, text: &str, host: &impl Host) -> Result<Row, Outcome> {
+    fn parse_row(&self, index: u32, text: &str, host: &dyn Host) -> Result<Row, Outcome> {
         let row: Row = serde_json::from_str(text).map_err(|e| {
             Outcome::failed("invalid_row", format!("row is not a JSON object: {e}"))
         })?;
@@ -192,7 +197,7 @@ impl LlmNode {
         units: Vec<Unit>,
         parsed: &[Result<Row, Outcome>],
         results: &mut [Vec<Option<QueryResult>>],
-        host: &impl Host,
+        host: &dyn Host,
         first_round: bool,
     ) {
         if units.is_empty() {
@@ -230,16 +235,16 @@ impl LlmNode {
         self.run_units(singles, parsed, results, host, false);
     }
 
-    fn render(&self, q: usize, row: &Row) -> Result<Rendered, Failure> {
+    fn render(&self, q: usize, row: &Row) -> Result<Rendered, RowError> {
         let compiled = &self.queries[q];
         compiled
             .prompts
             .render(row, &compiled.query.inputs)
-            .map_err(|e| Failure::new("template_rendering_failed", e))
+            .map_err(|e| RowError::new("template_rendering_failed", e))
     }
 
     /// Sends every unit in one executor call: one answer (or failure) per unit.
-    fn send(&self, units: &[Unit], host: &impl Host) -> Vec<Result<chat::Answer, Failure>> {
+    fn send(&self, units: &[Unit], host: &dyn Host) -> Vec<Result<Answer, RowError>> {
         let requests = units
             .iter()
             .map(|u| Request {
@@ -254,12 +259,12 @@ impl LlmNode {
             .map(|_| {
                 answers.next().map_or_else(
                     || {
-                        Err(Failure::new(
+                        Err(RowError::new(
                             "llm_call_failed",
                             "the executor returned no result",
                         ))
                     },
-                    chat::interpret,
+                    weir_sdk::chat::interpret,
                 )
             })
             .collect()
@@ -269,8 +274,8 @@ impl LlmNode {
     fn file_answer(
         &self,
         unit: &Unit,
-        answer: Result<chat::Answer, Failure>,
-        host: &impl Host,
+        answer: Result<Answer, RowError>,
+        host: &dyn Host,
     ) -> Vec<QueryResult> {
         let compiled = &self.queries[unit.query];
         let answer = match answer {
@@ -291,13 +296,13 @@ impl LlmNode {
             Ok(v) => v,
             Err(e) => {
                 unit.rows.iter().for_each(|r| keep_raw(*r));
-                return vec![Err(Failure::new("response_unparsable", e)); unit.rows.len()];
+                return vec![Err(RowError::new("response_unparsable", e)); unit.rows.len()];
             }
         };
         if unit.rows.len() == 1 {
             return vec![parse::map_outputs(&value, outputs).map_err(|e| {
                 keep_raw(unit.rows[0]);
-                Failure::new("response_invalid", e)
+                RowError::new("response_invalid", e)
             })];
         }
         match bundle::split(&value, &unit.rows, outputs) {
@@ -318,21 +323,21 @@ impl LlmNode {
                         result.map_err(|miss| {
                             keep_raw(*row);
                             match miss {
-                                bundle::Miss::Missing => Failure::new(
+                                bundle::Miss::Missing => RowError::new(
                                     "bundle_answer_missing",
                                     format!(
                                         "the bundled answer has no entry with id {}",
                                         bundle::row_id(*row)
                                     ),
                                 ),
-                                bundle::Miss::Duplicated(n) => Failure::new(
+                                bundle::Miss::Duplicated(n) => RowError::new(
                                     "bundle_answer_ambiguous",
                                     format!(
                                         "the bundled answer has {n} entries with id {}",
                                         bundle::row_id(*row)
                                     ),
                                 ),
-                                bundle::Miss::Invalid(e) => Failure::new("response_invalid", e),
+                                bundle::Miss::Invalid(e) => RowError::new("response_invalid", e),
                             }
                         })
                     })
@@ -340,7 +345,7 @@ impl LlmNode {
             }
             Err(e) => {
                 unit.rows.iter().for_each(|r| keep_raw(*r));
-                vec![Err(Failure::new("response_invalid", e)); unit.rows.len()]
+                vec![Err(RowError::new("response_invalid", e)); unit.rows.len()]
             }
         }
     }
@@ -356,7 +361,7 @@ impl LlmNode {
                 Some(Err(f)) => failures.push((compiled.query.name.as_str(), f)),
                 None => failures.push((
                     compiled.query.name.as_str(),
-                    Failure::new("internal_error", "no answer was filed"),
+                    RowError::new("internal_error", "no answer was filed"),
                 )),
             }
         }
@@ -374,7 +379,7 @@ impl LlmNode {
                     .map(|(name, f)| format!("{name}: {} ({})", f.message, f.code))
                     .collect();
                 Outcome::failed(
-                    several[0].1.code,
+                    &several[0].1.code,
                     format!(
                         "{} of {} queries failed, {} answers discarded: {}",
                         several.len(),
@@ -389,7 +394,7 @@ impl LlmNode {
 
     /// `batch_template`: one prompt for the whole batch, one row out (on the
     /// first input row's outcome; the others are consumed into it).
-    fn summarize(&self, rows: &[String], host: &impl Host) -> Vec<Outcome> {
+    fn summarize(&self, rows: &[String], host: &dyn Host) -> Vec<Outcome> {
         let mut parsed = Vec::with_capacity(rows.len());
         for (i, text) in rows.iter().enumerate() {
             match self.parse_row(i as u32, text, host) {
@@ -398,10 +403,10 @@ impl LlmNode {
             }
         }
         let compiled = &self.queries[0];
-        let fail = |f: Failure| vec![Outcome::from(f); rows.len()];
+        let fail = |f: RowError| vec![Outcome::from(f); rows.len()];
         let prompt = match compiled.prompts.render_batch(&parsed) {
             Ok(p) => p,
-            Err(e) => return fail(Failure::new("template_rendering_failed", e)),
+            Err(e) => return fail(RowError::new("template_rendering_failed", e)),
         };
         let units = [self.unit(0, &[(0, prompt)])];
         let answer = self.send(&units, host).remove(0);
@@ -419,9 +424,9 @@ impl LlmNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::{CallError, Response};
     use serde_json::json;
     use std::cell::RefCell;
+    use weir_sdk::host::{CallError, Response};
 
     /// A scripted host: answers each request with the next scripted result and
     /// records everything the node asked of it.
@@ -454,6 +459,12 @@ mod tests {
                 .push((row, key.to_string(), value.to_string()));
         }
         fn log(&self, _level: Level, _message: &str) {}
+        fn node_name(&self) -> String {
+            "ask".into()
+        }
+        fn endpoints(&self) -> Vec<String> {
+            vec!["llm".into()]
+        }
     }
 
     fn answer(text: &str) -> Result<Response, CallError> {

@@ -80,13 +80,27 @@ impl Chat {
     }
 }
 
-/// The model's text from the final result of a chat request. Failures get the
+/// A successful answer: the model's text, and the usage and model the
+/// provider reported (`null` when it did not).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub content: String,
+    pub usage: Value,
+    pub model: Value,
+}
+
+/// The model's text from the final result of a chat request; see [`interpret`].
+pub fn answer(result: Result<Response, CallError>) -> Result<String, RowError> {
+    interpret(result).map(|a| a.content)
+}
+
+/// The answer from the final result of a chat request. Failures get the
 /// codes weir's built-in `llm` transform uses: `llm_call_failed`,
 /// `retry_timeout`, `endpoint_denied`, `invalid_response`, `empty_response`,
 /// `response_truncated`, `content_filtered`, `context_length_exceeded`.
-pub fn answer(result: Result<Response, CallError>) -> Result<String, RowError> {
+pub fn interpret(result: Result<Response, CallError>) -> Result<Answer, RowError> {
     match result {
-        Ok(response) if (200..300).contains(&response.status) => content(&response.body),
+        Ok(response) if (200..300).contains(&response.status) => parse_answer(&response.body),
         Ok(response) | Err(CallError::Status(response)) => Err(status_error(&response)),
         Err(CallError::DeadlineExceeded(m)) => Err(RowError::new("retry_timeout", m)),
         Err(CallError::Transport(m)) => Err(RowError::new("llm_call_failed", m)),
@@ -94,33 +108,51 @@ pub fn answer(result: Result<Response, CallError>) -> Result<String, RowError> {
     }
 }
 
-fn content(body: &str) -> Result<String, RowError> {
+fn parse_answer(body: &str) -> Result<Answer, RowError> {
     let invalid = |what: String| RowError::new("invalid_response", what);
-    let value: Value = serde_json::from_str(body)
-        .map_err(|e| invalid(format!("the answer is not JSON ({e}): {}", excerpt(body))))?;
+    let value: Value = serde_json::from_str(body).map_err(|e| {
+        invalid(format!(
+            "the endpoint's answer is not JSON ({e}): {}",
+            excerpt(body)
+        ))
+    })?;
     let choice = value
         .get("choices")
         .and_then(|c| c.get(0))
         .ok_or_else(|| invalid(format!("the answer has no choices: {}", excerpt(body))))?;
-    let text = choice
+    let content = choice
         .pointer("/message/content")
         .and_then(Value::as_str)
         .unwrap_or("");
     match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("length") => Err(RowError::new(
-            "response_truncated",
-            format!("the answer was cut off at max_tokens: {}", excerpt(text)),
-        )),
-        Some("content_filter") => Err(RowError::new(
-            "content_filtered",
-            "the provider's content filter withheld the answer",
-        )),
-        _ if text.trim().is_empty() => Err(RowError::new(
+        Some("length") => {
+            return Err(RowError::new(
+                "response_truncated",
+                format!(
+                    "the answer was cut off at max_tokens; raise max_tokens. Partial answer: {}",
+                    excerpt(content)
+                ),
+            ));
+        }
+        Some("content_filter") => {
+            return Err(RowError::new(
+                "content_filtered",
+                "the provider's content filter withheld the answer",
+            ));
+        }
+        _ => {}
+    }
+    if content.trim().is_empty() {
+        return Err(RowError::new(
             "empty_response",
             "the model answered with no text",
-        )),
-        _ => Ok(text.to_string()),
+        ));
     }
+    Ok(Answer {
+        content: content.to_string(),
+        usage: value.get("usage").cloned().unwrap_or(Value::Null),
+        model: value.get("model").cloned().unwrap_or(Value::Null),
+    })
 }
 
 /// Picks the row error code from the provider's error code, never its wording.
@@ -141,7 +173,14 @@ fn status_error(response: &Response) -> RowError {
         "content_filter" | "content_policy_violation" => "content_filtered",
         _ => "llm_call_failed",
     };
-    RowError::new(row_code, format!("HTTP {}: {message}", response.status))
+    let attempts = match response.attempts {
+        0 | 1 => String::new(),
+        n => format!(" after {n} attempts"),
+    };
+    RowError::new(
+        row_code,
+        format!("HTTP {}{attempts}: {message}", response.status),
+    )
 }
 
 /// An OpenAI-shaped successful answer carrying `content`, as a provider
@@ -193,34 +232,80 @@ mod tests {
     }
 
     #[test]
-    fn answers_and_failures_get_their_codes() {
-        assert_eq!(answer(ok(200, &reply_body("yes"))).unwrap(), "yes");
-        let code = |r| answer(r).unwrap_err().code;
-        assert_eq!(code(ok(200, "nope")), "invalid_response");
-        assert_eq!(code(ok(200, &reply_body("  "))), "empty_response");
+    fn answer_is_extracted_with_usage_and_model() {
+        let a = interpret(ok(
+            200,
+            r#"{"model":"m1","choices":[{"message":{"content":"positive"},"finish_reason":"stop"}],
+               "usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#,
+        ))
+        .unwrap();
+        assert_eq!(a.content, "positive");
+        assert_eq!(a.model, json!("m1"));
+        assert_eq!(a.usage["total_tokens"], json!(4));
+    }
+
+    #[test]
+    fn truncated_filtered_and_empty_answers_are_row_errors() {
+        let truncated = r#"{"choices":[{"message":{"content":"posi"},"finish_reason":"length"}]}"#;
         assert_eq!(
-            code(ok(
-                200,
-                r#"{"choices":[{"finish_reason":"length","message":{"content":"x"}}]}"#
-            )),
+            interpret(ok(200, truncated)).unwrap_err().code,
             "response_truncated"
         );
+        let filtered =
+            r#"{"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]}"#;
         assert_eq!(
-            code(ok(
-                400,
-                r#"{"error":{"code":"context_length_exceeded","message":"long"}}"#
-            )),
-            "context_length_exceeded"
+            interpret(ok(200, filtered)).unwrap_err().code,
+            "content_filtered"
         );
-        let e = answer(ok(500, "oops")).unwrap_err();
+        let empty = r#"{"choices":[{"message":{"content":"  "},"finish_reason":"stop"}]}"#;
         assert_eq!(
-            (e.code.as_str(), e.message.as_str()),
-            ("llm_call_failed", "HTTP 500: oops")
+            interpret(ok(200, empty)).unwrap_err().code,
+            "empty_response"
         );
         assert_eq!(
-            code(Err(CallError::DeadlineExceeded("t".into()))),
-            "retry_timeout"
+            interpret(ok(200, "<html>oops</html>")).unwrap_err().code,
+            "invalid_response"
         );
-        assert_eq!(code(Err(CallError::Denied("d".into()))), "endpoint_denied");
+        assert_eq!(
+            interpret(ok(200, r#"{"choices":[]}"#)).unwrap_err().code,
+            "invalid_response"
+        );
+    }
+
+    #[test]
+    fn provider_error_codes_pick_the_row_error_code() {
+        let ctx = r#"{"error":{"message":"too long","code":"context_length_exceeded"}}"#;
+        let f = interpret(Err(CallError::Status(Response {
+            status: 400,
+            body: ctx.into(),
+            attempts: 1,
+            latency_ms: 1,
+        })))
+        .unwrap_err();
+        assert_eq!(f.code, "context_length_exceeded");
+        assert_eq!(f.message, "HTTP 400: too long");
+
+        let f = interpret(Err(CallError::Status(Response {
+            status: 500,
+            body: "<html>Bad gateway</html>".into(),
+            attempts: 4,
+            latency_ms: 1,
+        })))
+        .unwrap_err();
+        assert_eq!(f.code, "llm_call_failed");
+        assert_eq!(
+            f.message,
+            "HTTP 500 after 4 attempts: <html>Bad gateway</html>"
+        );
+    }
+
+    #[test]
+    fn executor_failures_map_to_codes() {
+        let f = interpret(Err(CallError::DeadlineExceeded("429 for 300 s".into()))).unwrap_err();
+        assert_eq!(f.code, "retry_timeout");
+        let f = interpret(Err(CallError::Transport("connection refused".into()))).unwrap_err();
+        assert_eq!(f.code, "llm_call_failed");
+        let f = interpret(Err(CallError::Denied("no endpoint `x`".into()))).unwrap_err();
+        assert_eq!(f.code, "endpoint_denied");
     }
 }

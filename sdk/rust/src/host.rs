@@ -46,13 +46,13 @@ impl std::fmt::Display for CallError {
     }
 }
 
-/// The first 200 characters of `text`, for error messages.
+/// Keeps error messages readable when a body is huge (an HTML error page, say).
 pub(crate) fn excerpt(text: &str) -> String {
-    let mut out: String = text.chars().take(200).collect();
-    if out.len() < text.len() {
-        out.push('…');
+    const LIMIT: usize = 300;
+    match text.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
     }
-    out
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

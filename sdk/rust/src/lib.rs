@@ -57,12 +57,13 @@ pub mod wasm;
 
 pub use host::{CallError, Host, Level, Request, Response};
 pub use row::{Row, RowError};
-pub use transform::{NodeCx, RowCx, Transform, options};
+pub use transform::{NodeCx, RawTransform, RowCx, Transform, options};
 
 /// The version of the `weir:transform` contract this SDK builds against.
 pub const CONTRACT_VERSION: &str = "0.2.0";
 
-/// Exports a [`Transform`] as the component's `weir:transform` implementation.
+/// Exports a [`Transform`] (or a [`RawTransform`]) as the component's
+/// `weir:transform` implementation.
 /// Expands to nothing outside wasm, so the same crate unit-tests natively.
 #[macro_export]
 macro_rules! export_transform {

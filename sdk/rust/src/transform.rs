@@ -32,6 +32,59 @@ pub trait Transform: Sized + 'static {
     }
 }
 
+/// The contract as it is, rows as JSON text: for a transform that handles
+/// rows and batches itself (weir's built-in `llm` does). Every [`Transform`]
+/// is one; [`crate::export_transform!`] exports either.
+pub trait RawTransform: Sized + 'static {
+    /// Builds the node from its options, the JSON text of the pipeline file's
+    /// `options:`.
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, String>;
+
+    fn output_fields(&self) -> Vec<String>;
+
+    /// One result per row (a JSON object each), in order: output rows as
+    /// JSON text, or the row's error.
+    fn process(&self, rows: &[String], host: &dyn Host) -> Vec<Result<Vec<String>, RowError>>;
+}
+
+impl<T: Transform> RawTransform for T {
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, String> {
+        let options = serde_json::from_str(options).map_err(|e| format!("options: {e}"))?;
+        T::configure(options, &NodeCx::from_host(host))
+    }
+
+    fn output_fields(&self) -> Vec<String> {
+        Transform::output_fields(self)
+    }
+
+    fn process(&self, rows: &[String], host: &dyn Host) -> Vec<Result<Vec<String>, RowError>> {
+        let to_text = |result: Result<Vec<Row>, RowError>| {
+            result.map(|rows| rows.iter().map(Row::to_json).collect())
+        };
+        match rows
+            .iter()
+            .map(|r| Row::parse(r))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(parsed) => Transform::process(self, parsed, host)
+                .into_iter()
+                .map(to_text)
+                .collect(),
+            // The host sends JSON objects; should one not be, it fails alone.
+            Err(_) => rows
+                .iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    to_text(
+                        Row::parse(text)
+                            .and_then(|row| self.process_row(row, &RowCx::new(host, i as u32))),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
 /// What a node knows about itself while it is configured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeCx {

@@ -1,10 +1,9 @@
 //! The component side: the `weir:transform` bindings, the host as the real
 //! imports, and the exports that [`crate::export_transform!`] wires to a
-//! [`Transform`].
+//! [`RawTransform`].
 
 use crate::host::{CallError, Host, Level, Request, Response};
-use crate::row::Row;
-use crate::transform::{NodeCx, Transform};
+use crate::transform::RawTransform;
 use std::any::Any;
 use std::cell::RefCell;
 
@@ -26,9 +25,8 @@ thread_local! {
     static NODE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
-pub fn configure<T: Transform>(options: String) -> Result<NodeInfo, String> {
-    let options = serde_json::from_str(&options).map_err(|e| format!("options: {e}"))?;
-    let node = T::configure(options, &NodeCx::from_host(&WitHost))?;
+pub fn configure<T: RawTransform>(options: String) -> Result<NodeInfo, String> {
+    let node = T::configure(&options, &WitHost)?;
     let info = NodeInfo {
         output_fields: node.output_fields(),
     };
@@ -36,31 +34,17 @@ pub fn configure<T: Transform>(options: String) -> Result<NodeInfo, String> {
     Ok(info)
 }
 
-pub fn process<T: Transform>(rows: Vec<String>) -> Vec<Outcome> {
+pub fn process<T: RawTransform>(rows: Vec<String>) -> Vec<Outcome> {
     NODE.with(|slot| {
         let slot = slot.borrow();
         let Some(node) = slot.as_ref().and_then(|n| n.downcast_ref::<T>()) else {
             let failed = || failed("not_configured", "process was called before configure");
             return rows.iter().map(|_| failed()).collect();
         };
-        let parsed: Result<Vec<Row>, _> = rows.iter().map(|r| Row::parse(r)).collect();
-        let results = match parsed {
-            Ok(rows) => node.process(rows, &WitHost),
-            // The host sends JSON objects; should one not be, fail it alone.
-            Err(_) => rows
-                .iter()
-                .enumerate()
-                .map(|(i, text)| {
-                    Row::parse(text).and_then(|row| {
-                        node.process_row(row, &crate::RowCx::new(&WitHost, i as u32))
-                    })
-                })
-                .collect(),
-        };
-        results
+        node.process(&rows, &WitHost)
             .into_iter()
             .map(|result| match result {
-                Ok(rows) => Outcome::Rows(rows.iter().map(Row::to_json).collect()),
+                Ok(rows) => Outcome::Rows(rows),
                 Err(e) => failed(&e.code, &e.message),
             })
             .collect()
