@@ -4,4 +4,4 @@ pub mod sink;
 pub mod source;
 
 pub use sink::{RowSink, open_sink};
-pub use source::{SourceReader, SourceRow, open_source};
+pub use source::{SourceReader, SourceRow, open_source, read_source};

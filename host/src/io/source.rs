@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 
 pub struct SourceRow {
     /// 0-based position among the source's rows.
@@ -33,23 +33,32 @@ impl Iterator for SourceReader {
 pub fn open_source(file: &DataFile) -> Result<SourceReader> {
     let handle = File::open(&file.path)
         .with_context(|| format!("cannot open source {}", file.path.display()))?;
-    match file.format {
-        Format::Csv => csv_rows(handle, &file.path.display().to_string()),
+    read_source(handle, file.format, &file.path.display().to_string())
+}
+
+/// Rows from any reader; `name` stands for it in errors.
+pub fn read_source(
+    input: impl Read + Send + 'static,
+    format: Format,
+    name: &str,
+) -> Result<SourceReader> {
+    match format {
+        Format::Csv => csv_rows(input, name),
         Format::Jsonl => Ok(SourceReader {
             columns: None,
-            rows: Box::new(jsonl_rows(BufReader::new(handle))),
+            rows: Box::new(jsonl_rows(BufReader::new(input))),
         }),
     }
 }
 
-fn csv_rows(handle: File, name: &str) -> Result<SourceReader> {
+fn csv_rows(input: impl Read + Send + 'static, name: &str) -> Result<SourceReader> {
     // Records end at `\n` only: with the default, a CRLF file's `\n` starts
     // the next record and every row would report the line before its own.
     // The `\r` it leaves on the last field is cut by `last_field`.
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .terminator(csv::Terminator::Any(b'\n'))
-        .from_reader(BufReader::new(handle));
+        .from_reader(BufReader::new(input));
     let header = reader
         .byte_headers()
         .with_context(|| format!("cannot read the header row of {name}"))?

@@ -1,0 +1,20 @@
+//! Any text as a `weir test` fixtures file: parsed or refused, never a panic,
+//! and every case it accepts answers what its rows and expectations are.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weir::fixtures::model::FixtureFile;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(file) = serde_yaml::from_str::<FixtureFile>(text) else {
+        return;
+    };
+    for case in &file.cases {
+        if let Ok(rows) = case.input_rows() {
+            let _ = case.row_expectations(rows.len());
+        }
+    }
+});

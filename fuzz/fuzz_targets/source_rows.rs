@@ -1,0 +1,31 @@
+//! Any bytes as a CSV or JSON Lines source: every row read is a row or a row
+//! error at a line, never a panic; lines only go forward.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weir::config::Format;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    let format = if selector % 2 == 0 {
+        Format::Csv
+    } else {
+        Format::Jsonl
+    };
+    let Ok(reader) = weir::io::read_source(std::io::Cursor::new(body.to_vec()), format, "fuzz")
+    else {
+        return;
+    };
+    let mut last_line = 0;
+    for (expected_index, row) in reader.take(10_000).enumerate() {
+        assert_eq!(row.index, expected_index as u64);
+        assert!(
+            row.line >= last_line.max(1),
+            "line {} after {last_line}",
+            row.line
+        );
+        last_line = row.line;
+    }
+});
