@@ -275,3 +275,74 @@ async fn fixtures_recorded_from_a_run_replay_it_and_catch_a_changed_prompt() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn a_new_guest_is_the_example_under_its_own_name() {
+    let ws = Workspace::new();
+    for (lang, source) in [
+        ("rust", "src/lib.rs"),
+        ("python", "app.py"),
+        ("js", "transform.js"),
+        ("c", "topic.c"),
+    ] {
+        let dir = ws.path(&format!("my-{lang}"));
+        let out = weir(
+            &["guest", "new", "--lang", lang, dir.to_str().unwrap()],
+            &[],
+        )
+        .await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        for file in [
+            source,
+            "README.md",
+            "fixtures.yaml",
+            "pipeline.yaml",
+            "tickets.csv",
+        ] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            assert!(
+                !text.contains(&format!("topic-{lang}")),
+                "{lang}/{file} kept the example's name"
+            );
+        }
+        let fixtures = std::fs::read_to_string(dir.join("fixtures.yaml")).unwrap();
+        assert!(
+            fixtures.contains(&format!("component: my-{lang}.wasm")),
+            "{fixtures}"
+        );
+        // Made twice, the second refuses rather than overwrite.
+        let again = weir(
+            &["guest", "new", "--lang", lang, dir.to_str().unwrap()],
+            &[],
+        )
+        .await;
+        assert!(
+            stderr(&again).contains("already exists"),
+            "{}",
+            stderr(&again)
+        );
+    }
+    let manifest = ws.read("my-rust/Cargo.toml");
+    let sdk = std::fs::canonicalize(concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/rust")).unwrap();
+    assert!(manifest.contains("name = \"my-rust\""), "{manifest}");
+    assert!(
+        manifest.contains(&format!("path = {:?}", sdk.display().to_string())),
+        "{manifest}"
+    );
+    let out = weir(
+        &[
+            "guest",
+            "new",
+            "--lang",
+            "c",
+            ws.path("Bad Name").to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert!(
+        stderr(&out).contains("a guest name starts with a lowercase letter"),
+        "{}",
+        stderr(&out)
+    );
+}

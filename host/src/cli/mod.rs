@@ -271,6 +271,12 @@ async fn execute(command: Command) -> Result<ExitCode> {
                 node,
                 limit,
                 pipeline: database.pipeline.clone(),
+                fixtures_dir: output
+                    .as_deref()
+                    .and_then(|o| o.parent())
+                    .filter(|dir| !dir.as_os_str().is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from(".")),
             })?;
             match output {
                 Some(path) => {

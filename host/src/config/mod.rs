@@ -48,11 +48,15 @@ impl ComponentRef {
     /// A path (it ends in `.wasm` or has a `/`) is a file, taken relative to
     /// `base`; anything else names a built-in component.
     pub fn parse(text: &str, base: &Path) -> Self {
-        if text.ends_with(".wasm") || text.contains('/') {
+        if Self::names_a_file(text) {
             ComponentRef::File(base.join(text))
         } else {
             ComponentRef::Builtin(text.to_string())
         }
+    }
+
+    fn names_a_file(text: &str) -> bool {
+        text.ends_with(".wasm") || text.contains('/')
     }
 }
 
@@ -426,7 +430,7 @@ fn resolve_nodes(
                 ),
             ));
         }
-        let component = if t.component.ends_with(".wasm") || t.component.contains('/') {
+        let component = if ComponentRef::names_a_file(&t.component) {
             ComponentRef::File(existing_file(
                 file,
                 &["transforms", &key, "component"],
