@@ -76,17 +76,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
         Scenario {
             name: "5 % faults (500, 503, resets, HTML pages), 50 ms latency",
             rows: 3000,
-            script: Script {
-                latency: Duration::from_millis(50),
-                fault_rate: 0.05,
-                fault_kinds: vec![
-                    Fault::Status(500),
-                    Fault::Status(503),
-                    Fault::Reset,
-                    Fault::HtmlPage,
-                ],
-                ..Script::default()
-            },
+            script: mixed_faults(Duration::from_millis(50)),
             endpoint: "pool_size: 32",
             capacity_slots: None,
             steps: vec![],
@@ -94,17 +84,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
         Scenario {
             name: "soak: 100000 rows, 5 % faults (500, 503, resets, HTML pages), 5 ms latency",
             rows: 100_000,
-            script: Script {
-                latency: Duration::from_millis(5),
-                fault_rate: 0.05,
-                fault_kinds: vec![
-                    Fault::Status(500),
-                    Fault::Status(503),
-                    Fault::Reset,
-                    Fault::HtmlPage,
-                ],
-                ..Script::default()
-            },
+            script: mixed_faults(Duration::from_millis(5)),
             endpoint: "pool_size: 64\nmax_retries: 8",
             capacity_slots: None,
             steps: vec![],
@@ -371,4 +351,20 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
         })
     })
     .await?
+}
+
+/// One request in twenty answered with a 500, a 503, a reset connection or
+/// an HTML error page.
+fn mixed_faults(latency: Duration) -> Script {
+    Script {
+        latency,
+        fault_rate: 0.05,
+        fault_kinds: vec![
+            Fault::Status(500),
+            Fault::Status(503),
+            Fault::Reset,
+            Fault::HtmlPage,
+        ],
+        ..Script::default()
+    }
 }
