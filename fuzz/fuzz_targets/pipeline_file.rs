@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     // Variables resolve to a fixed value, so `${…}` is exercised too.
-    let _ = weir::config::load_text(Path::new("/nonexistent/fuzz.yaml"), text, |name| {
+    let _ = weir_formats::config::load_text(Path::new("/nonexistent/fuzz.yaml"), text, |name| {
         (name.len() % 2 == 0).then(|| "value".to_string())
     });
 });

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::config::Format;
+use weir_formats::config::Format;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
@@ -14,7 +14,8 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Format::Jsonl
     };
-    let Ok(reader) = weir::io::read_source(std::io::Cursor::new(body.to_vec()), format, "fuzz")
+    let Ok(reader) =
+        weir_formats::io::read_source(std::io::Cursor::new(body.to_vec()), format, "fuzz")
     else {
         return;
     };

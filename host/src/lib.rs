@@ -9,15 +9,13 @@
 //! - [`runtime`]: loads guest components and implements their imports on top of
 //! - [`services`]: the pooled HTTP executor and the audit trail;
 //! - [`config`], [`io`], [`types`], [`hashing`]: the pipeline file, row
-//!   readers and writers, and shared data.
+//!   readers and writers, and shared data, from the `weir-formats` crate.
 
 pub mod authoring;
 pub mod cli;
-pub mod config;
 pub mod engine;
 pub mod fixtures;
-pub mod hashing;
-pub mod io;
 pub mod runtime;
 pub mod services;
-pub mod types;
+
+pub use weir_formats::{config, hashing, io, types};

@@ -1,0 +1,13 @@
+//! What weir reads and writes, kept apart from the runtime so that tools (and
+//! fuzz targets) can parse weir's files without building a WebAssembly engine:
+//! - [`config`]: the pipeline file;
+//! - [`io`]: CSV and JSON Lines row sources and sinks;
+//! - [`fixtures`]: the `weir test` fixtures file;
+//! - [`types`]: rows and row errors;
+//! - [`hashing`]: the hashes the audit trail records.
+
+pub mod config;
+pub mod fixtures;
+pub mod hashing;
+pub mod io;
+pub mod types;
