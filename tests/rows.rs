@@ -400,3 +400,45 @@ proptest! {
         runtime.block_on(check(case))?;
     }
 }
+
+#[tokio::test]
+async fn a_slow_row_does_not_hold_back_the_rows_behind_it_and_output_keeps_order() {
+    // Row 0's answer takes 2 s; the others' none. Two rows in flight at most.
+    let server = TestLlmServer::start(Script {
+        slow_marker: Some(("Q0:".into(), std::time::Duration::from_secs(2))),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(30));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_with(
+            "in.csv",
+            "out.csv",
+            "pool_size: 2\nadaptive_concurrency: false",
+            "concurrency: 2",
+            ECHO_OPTIONS,
+        ),
+    );
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Every other row was answered while row 0 waited: with the window tied
+    // to `concurrency`, only row 1 could have been.
+    let answered: Vec<String> = server
+        .served()
+        .iter()
+        .map(|s| s.user_message.clone())
+        .collect();
+    assert_eq!(answered.len(), 30);
+    assert!(
+        answered[29].starts_with("Q0:"),
+        "row 0 should be answered last: {answered:?}"
+    );
+    let written = read_csv(&ws.path("out.csv"));
+    let ids: Vec<&str> = written[1..].iter().map(|r| &r[0]).collect();
+    let expected: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+    assert_eq!(ids, expected, "the sink keeps source order");
+}

@@ -3,6 +3,7 @@
 
 mod columns;
 mod drain;
+mod ordered;
 mod progress;
 mod quarantine;
 mod report;
@@ -18,6 +19,7 @@ use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, Record, ResumePoint, RowRecord, RunEnd};
 use anyhow::{Context, Result};
 use futures::stream::{self, BoxStream, StreamExt};
+use ordered::OrderedWindowExt;
 use resume::SourceCheck;
 use setup::Prepared;
 use stage::{Failure, Flow};
@@ -286,7 +288,8 @@ fn read_source(
 }
 
 /// Each node keeps up to its concurrency of rows in flight and hands them on
-/// in source order.
+/// in source order, holding finished rows back behind a slow one within its
+/// reorder window.
 fn flow_through_nodes(
     mut flows: BoxStream<'static, Flow>,
     prepared: &Prepared,
@@ -295,11 +298,11 @@ fn flow_through_nodes(
     for node in &prepared.nodes {
         let node = Arc::clone(node);
         let audit = audit.cloned();
-        let concurrency = node.concurrency;
+        let (concurrency, window) = (node.concurrency, node.reorder_window);
         flows = match node.batch.clone() {
             None => flows
                 .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
-                .buffered(concurrency)
+                .ordered_window(concurrency, window)
                 .boxed(),
             Some(batch) => {
                 let batches = match batch.timeout {
@@ -311,7 +314,7 @@ fn flow_through_nodes(
                 };
                 batches
                     .map(move |flows| Arc::clone(&node).process_batch(flows, audit.clone()))
-                    .buffered((concurrency / batch.count).max(1))
+                    .ordered_window(concurrency / batch.count, window / batch.count)
                     .flat_map(stream::iter)
                     .boxed()
             }

@@ -85,6 +85,9 @@ pub struct Script {
     pub decorate: bool,
     /// Requests whose prompt contains this text get 400 `invalid_request`.
     pub reject_marker: Option<String>,
+    /// Requests whose prompt contains this text are answered after this long
+    /// instead of `latency`.
+    pub slow_marker: Option<(String, Duration)>,
 }
 
 impl Default for Script {
@@ -107,6 +110,7 @@ impl Default for Script {
             invalid_rate: 0.0,
             decorate: false,
             reject_marker: None,
+            slow_marker: None,
         }
     }
 }
@@ -481,7 +485,11 @@ async fn answer(
     if let Some(fault) = fault_for(script, sequence) {
         return faulty(shared, fault, &|status| log(status, Some(fault))).await;
     }
-    tokio::time::sleep(script.latency).await;
+    let latency = match &script.slow_marker {
+        Some((marker, slow)) if user_message.contains(marker.as_str()) => *slow,
+        _ => script.latency,
+    };
+    tokio::time::sleep(latency).await;
     log(200, None);
     let content = match script.reply {
         Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),

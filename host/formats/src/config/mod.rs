@@ -70,6 +70,8 @@ pub struct NodeConfig {
     /// (name the component uses, endpoint name).
     pub grants: Vec<(String, String)>,
     pub concurrency: usize,
+    /// See `model::TransformSpec::reorder_window`.
+    pub reorder_window: usize,
     pub row_deadline: Option<std::time::Duration>,
     pub batch: Option<Batch>,
     pub on_error: OnError,
@@ -168,10 +170,14 @@ pub struct Pipeline {
 
 pub const AUDIT_FILE_NAME: &str = "weir-audit.sqlite";
 
-/// Rows a node keeps in flight beyond its endpoints' pool sizes. Output keeps
-/// source order, so a row waiting out a retry holds back the rows behind it;
-/// this many more can go on meanwhile. Each costs one guest instance.
+/// Rows a node keeps in flight beyond its endpoints' pool sizes: a row waiting
+/// out a retry's back-off stays in flight, and the pools should not wait for
+/// rows meanwhile. Each costs one guest instance.
 const ROW_WINDOW: usize = 256;
+
+/// Finished rows a node may hold behind a slower one by default. They hold
+/// only their output: a few MB at typical row sizes.
+pub const DEFAULT_REORDER_WINDOW: usize = 4096;
 
 /// Reads, interpolates from the process environment, parses and checks.
 pub fn load(path: &Path) -> Result<Pipeline> {
@@ -484,6 +490,16 @@ fn resolve_nodes(
             None if pool_total > 0 => (pool_total * 2).max(pool_total + ROW_WINDOW),
             None => std::thread::available_parallelism().map_or(2, |n| n.get()),
         };
+        let reorder_window = match t.reorder_window {
+            Some(0) => {
+                return Err(at(
+                    "reorder_window",
+                    "reorder_window must be at least 1".into(),
+                ));
+            }
+            Some(w) => w,
+            None => DEFAULT_REORDER_WINDOW,
+        };
         let row_deadline = positive_seconds(t.row_deadline_seconds).map_err(|()| {
             at(
                 "row_deadline_seconds",
@@ -511,6 +527,7 @@ fn resolve_nodes(
             options_json,
             grants,
             concurrency,
+            reorder_window,
             row_deadline,
             batch,
             on_error,

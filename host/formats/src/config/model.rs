@@ -169,10 +169,15 @@ pub struct TransformSpec {
     /// from the name the component uses to the endpoint's name.
     #[serde(default)]
     pub endpoints: Grants,
-    /// Rows in flight in this node at once; defaults to twice the pool sizes
-    /// of its endpoints, so the pools never wait for rows.
+    /// Rows in flight in this node at once; defaults to the pool sizes of its
+    /// endpoints plus room for rows waiting out a retry's back-off.
     #[serde(default)]
     pub concurrency: Option<usize>,
+    /// Rows this node may have finished while an earlier row is still in it:
+    /// output keeps source order, and this is how far the rows behind a slow
+    /// one may go on meanwhile.
+    #[serde(default)]
+    pub reorder_window: Option<usize>,
     /// The longest a row may spend in this node's calls, retries included;
     /// then its pending calls fail with `deadline-exceeded`.
     #[serde(default)]

@@ -52,6 +52,7 @@ fn a_good_file_resolves() {
         4 + 256,
         "the pool plus a window of rows beyond it"
     );
+    assert_eq!(node.reorder_window, DEFAULT_REORDER_WINDOW);
     let options: serde_json::Value = serde_json::from_str(&node.options_json).unwrap();
     assert_eq!(options["temperature"], 0);
     assert_eq!(p.sinks[0].format, Format::Jsonl);
@@ -112,6 +113,18 @@ fn semantic_errors_are_located() {
     let err = load_with(&zero, &[("KEY", "k")]).unwrap_err().to_string();
     assert!(
         err.contains("pipeline.yaml:6: endpoint `llm`: pool_size must be at least 1"),
+        "{err}"
+    );
+
+    let no_window = GOOD.replace(
+        "endpoints: [llm]",
+        "endpoints: [llm]\n    reorder_window: 0",
+    );
+    let err = load_with(&no_window, &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.yaml:11: reorder_window must be at least 1"),
         "{err}"
     );
 }

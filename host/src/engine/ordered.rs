@@ -1,0 +1,173 @@
+//! Runs a stream of futures with two separate bounds and yields their outputs
+//! in the order the futures came: at most `running` of them at once, and at
+//! most `window` between the oldest not yet yielded and the newest started.
+//!
+//! `StreamExt::buffered(n)` ties both bounds to one number, so one slow future
+//! (a row waiting out a retry's back-off) stops every other from starting
+//! once `n - 1` have finished behind it. Here the finished ones wait as plain
+//! outputs, which cost memory only, while new ones keep starting.
+
+use futures::future::BoxFuture;
+use futures::stream::{FusedStream, FuturesUnordered, Stream, StreamExt};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+pub trait OrderedWindowExt: Stream + Sized {
+    /// See the module documentation. `window` is raised to `running` if
+    /// smaller, and both to 1.
+    fn ordered_window<T>(self, running: usize, window: usize) -> OrderedWindow<Self, T>
+    where
+        Self::Item: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let running = running.max(1);
+        OrderedWindow {
+            futures: self.fuse(),
+            running_futures: FuturesUnordered::new(),
+            finished: VecDeque::new(),
+            next_seq: 0,
+            oldest_seq: 0,
+            running,
+            window: window.max(running),
+        }
+    }
+}
+
+impl<S: Stream> OrderedWindowExt for S {}
+
+pub struct OrderedWindow<S, T> {
+    futures: futures::stream::Fuse<S>,
+    running_futures: FuturesUnordered<BoxFuture<'static, (u64, T)>>,
+    /// Slot `i` holds the output of future `oldest_seq + i` once it finished.
+    finished: VecDeque<Option<T>>,
+    next_seq: u64,
+    oldest_seq: u64,
+    running: usize,
+    window: usize,
+}
+
+// Outputs are only moved, never pinned, so the window can move whatever they are.
+impl<S: Unpin, T> Unpin for OrderedWindow<S, T> {}
+
+impl<S, T> OrderedWindow<S, T>
+where
+    S: Stream + Unpin,
+    S::Item: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    /// Starts futures while both bounds allow and the stream has one ready.
+    fn start_more(&mut self, cx: &mut Context<'_>) {
+        while self.running_futures.len() < self.running && self.finished.len() < self.window {
+            match self.futures.poll_next_unpin(cx) {
+                Poll::Ready(Some(future)) => {
+                    let seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.finished.push_back(None);
+                    self.running_futures
+                        .push(Box::pin(async move { (seq, future.await) }));
+                }
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+    }
+}
+
+impl<S, T> Stream for OrderedWindow<S, T>
+where
+    S: Stream + Unpin,
+    S::Item: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    type Item = T;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let this = self.get_mut();
+        loop {
+            this.start_more(cx);
+            if matches!(this.finished.front(), Some(Some(_))) {
+                let output = this.finished.pop_front().flatten();
+                this.oldest_seq += 1;
+                return Poll::Ready(output);
+            }
+            match this.running_futures.poll_next_unpin(cx) {
+                Poll::Ready(Some((seq, output))) => {
+                    let slot = (seq - this.oldest_seq) as usize;
+                    this.finished[slot] = Some(output);
+                }
+                // Nothing runs and the oldest has been yielded, so nothing
+                // waits either: done once the stream is.
+                Poll::Ready(None) if this.futures.is_terminated() => return Poll::Ready(None),
+                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::stream;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn outputs_keep_input_order_whatever_order_futures_finish_in() {
+        let delays = [50u64, 10, 30, 0, 20, 40, 5];
+        let out: Vec<usize> = stream::iter(delays.iter().copied().enumerate())
+            .map(|(i, ms)| async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                i
+            })
+            .ordered_window(3, 5)
+            .collect()
+            .await;
+        assert_eq!(out, (0..delays.len()).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_first_future_does_not_stop_the_window_behind_it() {
+        let running = Arc::new(AtomicUsize::new(0));
+        let most_running = Arc::new(AtomicUsize::new(0));
+        let started = Arc::new(AtomicUsize::new(0));
+        let (r, m, s) = (running.clone(), most_running.clone(), started.clone());
+        let mut outputs = stream::iter(0..100u64)
+            .map(move |i| {
+                let (r, m, s) = (r.clone(), m.clone(), s.clone());
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    let ms = if i == 0 { 10_000 } else { 1 };
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    i
+                }
+            })
+            .ordered_window(4, 50);
+        let first = tokio::spawn(async move {
+            let first = outputs.next().await;
+            (first, outputs.collect::<Vec<_>>().await)
+        });
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Half-way through the slow one: the whole window has started, though
+        // never more than 4 at once; `buffered(4)` would have started 4.
+        assert_eq!(started.load(Ordering::SeqCst), 50);
+        assert!(most_running.load(Ordering::SeqCst) <= 4);
+        let (first, rest) = first.await.unwrap();
+        assert_eq!(first, Some(0));
+        assert_eq!(rest, (1..100).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn an_empty_stream_ends() {
+        let out: Vec<u8> = stream::iter(Vec::<u8>::new())
+            .map(|i| async move { i })
+            .ordered_window(2, 2)
+            .collect()
+            .await;
+        assert!(out.is_empty());
+    }
+}
