@@ -119,6 +119,32 @@ async fn a_component_of_an_unknown_contract_is_refused_naming_its_version_and_th
 }
 
 #[tokio::test]
+async fn a_component_whose_imports_and_export_name_different_contracts_is_refused() {
+    let ws = Workspace::new();
+    ws.write("in.jsonl", "{\"id\":1}\n");
+    let mixed = component_of(
+        "package weir:transform@0.2.0;\n\
+         interface transform {\n  configure: func(options: string) -> result<list<string>, string>;\n}\n\
+         world node { import weir:transform/log@0.1.0; export transform; }\n\
+         package weir:transform@0.1.0 { interface log { log: func(message: string); } }\n",
+    );
+    std::fs::write(ws.path("mixed.wasm"), mixed).unwrap();
+    let p = ws.write("p.yaml", &one_node_pipeline("mixed.wasm"));
+    let out = weir(&["validate", p.to_str().unwrap()], &[]).await;
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    for needle in [
+        "mixed.wasm",
+        "exports `weir:transform/transform@0.2.0`",
+        "imports `weir:transform/log@0.1.0`",
+        "different contract versions",
+        "p.yaml:5",
+    ] {
+        assert!(err.contains(needle), "`{needle}` missing from: {err}");
+    }
+}
+
+#[tokio::test]
 async fn a_component_that_is_no_transform_is_refused() {
     let ws = Workspace::new();
     ws.write("in.jsonl", "{\"id\":1}\n");

@@ -1,10 +1,14 @@
 //! Which `weir:transform` contract a component was built against, read from
-//! the name of the interface it exports (`weir:transform/transform@X.Y.Z`).
+//! the names of the weir interfaces it imports and exports
+//! (`weir:transform/transform@X.Y.Z`). Every component exports `transform`,
+//! while some import nothing of weir, so the export gives the version and the
+//! imports must agree with it.
 
 use semver::Version;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+const PACKAGE_PREFIX: &str = "weir:transform/";
 const EXPORT_PREFIX: &str = "weir:transform/transform@";
 
 /// The contract versions this host can run, oldest first. Each has its own
@@ -39,15 +43,37 @@ pub fn supported_range() -> String {
     )
 }
 
-/// Reads the contract version from the component's exports and checks that
-/// this host supports it; the error names the version and the range.
+/// Reads the contract version from the component's exports and imports and
+/// checks that this host supports it; the error names the version and the
+/// range.
 pub fn detect(engine: &Engine, component: &Component) -> Result<Contract, String> {
     let ty = component.component_type();
+    let version = exported_version(engine, &ty)?;
+    let expected = format!("@{version}");
+    if let Some(other) = ty
+        .imports(engine)
+        .map(|(name, _)| name)
+        .find(|name| name.starts_with(PACKAGE_PREFIX) && !name.ends_with(&expected))
+    {
+        return Err(format!(
+            "it exports `{EXPORT_PREFIX}{version}` but imports `{other}`: its weir interfaces \
+             come from different contract versions; rebuild it against one (this weir supports \
+             {})",
+            supported_range()
+        ));
+    }
+    supported(&version)
+}
+
+fn exported_version(
+    engine: &Engine,
+    ty: &wasmtime::component::types::Component,
+) -> Result<String, String> {
     let exported: Vec<String> = ty
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    let Some(version_text) = exported
+    let Some(version) = exported
         .iter()
         .find_map(|name| name.strip_prefix(EXPORT_PREFIX))
     else {
@@ -61,6 +87,10 @@ pub fn detect(engine: &Engine, component: &Component) -> Result<Contract, String
             }
         ));
     };
+    Ok(version.to_string())
+}
+
+fn supported(version_text: &str) -> Result<Contract, String> {
     if let Some(contract) = SUPPORTED.iter().find(|c| c.version() == version_text) {
         return Ok(*contract);
     }
