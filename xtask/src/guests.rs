@@ -138,7 +138,8 @@ fn discover(root: &Path) -> Result<Vec<Guest>> {
 }
 
 /// Hashes file paths and contents, in a stable order, of the guest's folder,
-/// of the WIT contracts and of the Rust SDK guests may build on.
+/// of the WIT contracts and of the Rust SDK guests may build on. Markdown is
+/// left out: documentation changes nothing that is built.
 fn source_hash(root: &Path, guest: &Guest) -> Result<String> {
     let mut files = Vec::new();
     collect_files(&guest.dir, &mut files)?;
@@ -164,7 +165,7 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
                 continue;
             }
             collect_files(&path, out)?;
-        } else {
+        } else if path.extension().is_none_or(|e| e != "md") {
             out.push(path);
         }
     }
