@@ -27,7 +27,6 @@ pub trait OrderedWindowExt: Stream + Sized {
             futures: self.fuse(),
             running_futures: FuturesUnordered::new(),
             finished: VecDeque::new(),
-            next_seq: 0,
             oldest_seq: 0,
             running,
             window: window.max(running),
@@ -40,9 +39,9 @@ impl<S: Stream> OrderedWindowExt for S {}
 pub struct OrderedWindow<S, T> {
     futures: futures::stream::Fuse<S>,
     running_futures: FuturesUnordered<BoxFuture<'static, (u64, T)>>,
-    /// Slot `i` holds the output of future `oldest_seq + i` once it finished.
+    /// Slot `i` holds the output of future `oldest_seq + i` once it finished;
+    /// the next future started gets `oldest_seq + finished.len()`.
     finished: VecDeque<Option<T>>,
-    next_seq: u64,
     oldest_seq: u64,
     running: usize,
     window: usize,
@@ -62,8 +61,7 @@ where
         while self.running_futures.len() < self.running && self.finished.len() < self.window {
             match self.futures.poll_next_unpin(cx) {
                 Poll::Ready(Some(future)) => {
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
+                    let seq = self.oldest_seq + self.finished.len() as u64;
                     self.finished.push_back(None);
                     self.running_futures
                         .push(Box::pin(async move { (seq, future.await) }));
