@@ -19,6 +19,7 @@ pub fn through_nodes(
     let mut complete = source.is_some();
     for node in nodes {
         let transform = node
+            .config
             .batch
             .as_ref()
             .is_some_and(|b| b.mode == BatchMode::Transform);
@@ -35,11 +36,11 @@ pub fn through_nodes(
                     "its input rows"
                 };
                 return Err(file.error_at(
-                    &["transforms", &node.index.to_string(), "options"],
+                    &["transforms", &node.config.index.to_string(), "options"],
                     format!(
                         "transform `{}` writes the field `{field}`, which {whose} already have; \
                          rename the output (e.g. `response_field` or the query's outputs)",
-                        node.name
+                        node.config.name
                     ),
                 ));
             }

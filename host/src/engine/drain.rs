@@ -166,8 +166,8 @@ fn write_flow(
         }
         Err(failure) => {
             let node = failure.node.map(|i| &prepared.nodes[i]);
-            let on_error = node.map_or(outputs.source_on_error, |n| n.on_error);
-            let node_name = node.map(|n| n.name.clone());
+            let on_error = node.map_or(outputs.source_on_error, |n| n.config.on_error);
+            let node_name = node.map(|n| n.config.name.clone());
             let (outcome, error_sink) = match on_error {
                 OnError::Fail => {
                     report.rows_failed += flow.members.len() as u64;

@@ -52,7 +52,7 @@ pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>>
     Ok(prepared
         .nodes
         .iter()
-        .map(|n| (n.name.clone(), n.runtime.output_fields().to_vec()))
+        .map(|n| (n.config.name.clone(), n.runtime.output_fields().to_vec()))
         .collect())
 }
 
@@ -298,8 +298,8 @@ fn flow_through_nodes(
     for node in &prepared.nodes {
         let node = Arc::clone(node);
         let audit = audit.cloned();
-        let (concurrency, window) = (node.concurrency, node.reorder_window);
-        flows = match node.batch.clone() {
+        let (concurrency, window) = (node.config.concurrency, node.config.reorder_window);
+        flows = match node.config.batch.clone() {
             None => flows
                 .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
                 .ordered_window(concurrency, window)

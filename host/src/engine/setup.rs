@@ -1,7 +1,6 @@
 //! Turns a checked pipeline into running parts: the executor, and for each
 //! node its compiled component and a configured instance pool.
 
-use crate::config::{Batch, GuestLimits, OnError};
 use crate::config::{ComponentRef, NodeConfig, Pipeline};
 use crate::hashing;
 use crate::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
@@ -11,14 +10,8 @@ use anyhow::{Context, Result};
 use std::sync::Arc;
 
 pub struct Node {
-    pub index: usize,
-    pub name: String,
-    pub concurrency: usize,
-    pub reorder_window: usize,
-    pub row_deadline: Option<std::time::Duration>,
-    pub batch: Option<Batch>,
-    pub on_error: OnError,
-    pub limits: GuestLimits,
+    /// The node as the pipeline file configures it.
+    pub config: NodeConfig,
     /// Calls in a row that trapped, for `limits.stop_after_traps`.
     pub traps_in_a_row: std::sync::atomic::AtomicU32,
     pub runtime: NodeRuntime,
@@ -164,14 +157,7 @@ async fn prepare_node(
         output_fields: node_runtime.output_fields().to_vec(),
     };
     let node = Node {
-        index: config.index,
-        name: config.name.clone(),
-        concurrency: config.concurrency,
-        reorder_window: config.reorder_window,
-        row_deadline: config.row_deadline,
-        batch: config.batch.clone(),
-        on_error: config.on_error,
-        limits: config.limits,
+        config: config.clone(),
         traps_in_a_row: Default::default(),
         runtime: node_runtime,
     };

@@ -67,12 +67,12 @@ impl Node {
             .iter()
             .map(|_| audit.as_ref().map_or(0, |a| a.new_state_id()))
             .collect();
-        let batch_id = match (&self.batch, &audit) {
+        let batch_id = match (&self.config.batch, &audit) {
             (Some(batch), Some(audit)) => {
                 let id = audit.new_batch_id();
                 audit.record(Record::Batch(BatchRecord {
                     batch_id: id,
-                    node_id: self.index,
+                    node_id: self.config.index,
                     mode: match batch.mode {
                         BatchMode::Passthrough => "passthrough",
                         BatchMode::Transform => "transform",
@@ -91,14 +91,19 @@ impl Node {
         let mut input = Vec::new();
         let mut scopes = Vec::new();
         let mut spans = Vec::new();
-        let deadline = self.row_deadline.map(|d| Instant::now() + d);
+        let deadline = self.config.row_deadline.map(|d| Instant::now() + d);
         for (k, &i) in live.iter().enumerate() {
             let Ok(flow_rows) = &flows[i].state else {
                 unreachable!("only live flows")
             };
             spans.push(input.len()..input.len() + flow_rows.len());
             // The rows of one flow share its node state, and so its call numbering.
-            let scope = RowScope::new(state_ids[k], flows[i].members[0], self.index, deadline);
+            let scope = RowScope::new(
+                state_ids[k],
+                flows[i].members[0],
+                self.config.index,
+                deadline,
+            );
             scopes.extend(flow_rows.iter().map(|_| scope.clone()));
             input.extend(
                 flow_rows
@@ -118,6 +123,7 @@ impl Node {
 
         let mut flows: Vec<Option<Flow>> = flows.into_iter().map(Some).collect();
         let transform = self
+            .config
             .batch
             .as_ref()
             .is_some_and(|b| b.mode == BatchMode::Transform);
@@ -167,7 +173,7 @@ impl Node {
                 Ok(out) => flow.state = Ok(out),
                 Err(error) => {
                     flow.state = Err(Failure {
-                        node: Some(self.index),
+                        node: Some(self.config.index),
                         error,
                         input,
                     })
@@ -198,7 +204,7 @@ impl Node {
         NodeStateRecord {
             state_id,
             row_index: flow.members[0],
-            node_id: self.index,
+            node_id: self.config.index,
             attempt: 1,
             status,
             input: Json::Array(texts.input),
@@ -219,7 +225,7 @@ impl Node {
         scopes: Vec<RowScope>,
     ) -> Result<Vec<Outcome>, RowError> {
         let traps = self.traps_in_a_row.load(Ordering::Relaxed);
-        if let Some(stop) = self.limits.stop_after_traps
+        if let Some(stop) = self.config.limits.stop_after_traps
             && traps >= stop
         {
             return Err(RowError::new(
@@ -227,7 +233,7 @@ impl Node {
                 format!(
                     "node `{}` stopped after {traps} calls in a row trapped \
                      (limits.stop_after_traps: {stop})",
-                    self.name
+                    self.config.name
                 ),
             ));
         }
@@ -263,14 +269,14 @@ impl Node {
 
     /// Names the limit a trap came from, when it came from one.
     fn trap_error(&self, hit: Option<LimitHit>, trap: &anyhow::Error) -> RowError {
-        let node = &self.name;
+        let node = &self.config.name;
         match hit {
             Some(LimitHit::Cpu) => RowError::new(
                 "guest_cpu_limit",
                 format!(
                     "the component of node `{node}` used more than its {} ms of CPU for one call \
                      (limits.cpu_ms_per_call)",
-                    self.limits.cpu_per_call.as_millis()
+                    self.config.limits.cpu_per_call.as_millis()
                 ),
             ),
             Some(LimitHit::Memory) => RowError::new(
@@ -278,7 +284,7 @@ impl Node {
                 format!(
                     "the component of node `{node}` tried to grow its memory beyond {} MiB \
                      (limits.memory_mb)",
-                    self.limits.memory_bytes >> 20
+                    self.config.limits.memory_bytes >> 20
                 ),
             ),
             None => RowError::new(
@@ -294,7 +300,7 @@ impl Node {
             return outcome;
         };
         let bytes: usize = rows.iter().map(String::len).sum();
-        let limit = self.limits.output_bytes_per_row;
+        let limit = self.config.limits.output_bytes_per_row;
         if bytes <= limit {
             return outcome;
         }
@@ -303,7 +309,7 @@ impl Node {
             message: format!(
                 "the component of node `{}` returned {bytes} bytes for one row, more than its \
                  limit of {limit} (limits.output_mb_per_row)",
-                self.name
+                self.config.name
             ),
         })
     }

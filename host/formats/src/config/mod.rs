@@ -60,7 +60,7 @@ impl ComponentRef {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub index: usize,
     pub name: String,
