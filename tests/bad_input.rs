@@ -94,7 +94,69 @@ fn cases() -> Vec<Case> {
             pipeline: pipeline("in.csv", GOOD_NODE),
             expect: "in.csv:1: the header names column `id` twice",
         },
+        Case {
+            name: "a quote that never closes, and no on_error",
+            files: csv(&stray_quote_csv()),
+            pipeline: pipeline("in.csv", GOOD_NODE),
+            expect: "in.csv:8: the quoted field that opens at column 4 is never closed",
+        },
+        Case {
+            name: "a quote inside a quoted field, and no on_error",
+            files: csv("id,text,label\nr4,fine,OK\nr5,\"He said \"hi\" there\",NEUTRAL\n"),
+            pipeline: pipeline("in.csv", GOOD_NODE),
+            expect: "in.csv:3: the quoted field that opens at column 4 closes at column 13 but `h` \
+                     follows the closing quote",
+        },
+        Case {
+            name: "a JSON Lines line that is not JSON, and no on_error",
+            files: vec![("in.jsonl", b"{\"text\":\"a\"}\n{\"text\": oops}\n".to_vec())],
+            pipeline: pipeline("in.jsonl", GOOD_NODE),
+            expect: "in.jsonl:2: invalid JSON",
+        },
+        Case {
+            name: "a sink over the source",
+            files: good_csv(),
+            pipeline: format!(
+                "source:\n  path: in.csv\n{ENDPOINT}{GOOD_NODE}sinks:\n  - path: ./in.csv\n"
+            ),
+            expect: "p.yaml:14: a sink `",
+        },
+        Case {
+            name: "two sinks on one file",
+            files: good_csv(),
+            pipeline: format!(
+                "source:\n  path: in.csv\n{ENDPOINT}{GOOD_NODE}sinks:\n  - path: out.csv\n  - path: sub/../out.csv\n"
+            ),
+            expect: "is the same file as a sink (line 14); each would overwrite the other",
+        },
+        Case {
+            name: "a sink that is also the on_error sink",
+            files: good_csv(),
+            pipeline: format!(
+                "source:\n  path: in.csv\non_error:\n  path: out.jsonl\n{ENDPOINT}{GOOD_NODE}sinks:\n  - path: out.jsonl\n"
+            ),
+            expect: "p.yaml:3: an on_error sink `",
+        },
+        Case {
+            name: "the audit database over the source",
+            files: good_csv(),
+            pipeline: format!("{}audit:\n  path: in.csv\n", pipeline("in.csv", GOOD_NODE)),
+            expect: "the audit database `",
+        },
     ]
+}
+
+/// 100 rows of `id,text`, never quoted, but line 8 opens a quote it never closes.
+fn stray_quote_csv() -> String {
+    let mut text = String::from("id,text\n");
+    for i in 0..100 {
+        if i == 6 {
+            text.push_str("r6,\"Broken quote I love it\n");
+        } else {
+            text.push_str(&format!("r{i},review number {i}\n"));
+        }
+    }
+    text
 }
 
 #[tokio::test]
@@ -128,8 +190,56 @@ async fn each_bad_input_gets_one_located_error_and_no_panic() {
             assert!(!message.contains("panicked"), "{}: {message}", case.name);
             let errors = message.lines().filter(|l| l.starts_with("error:")).count();
             assert_eq!(errors, 1, "{}: one error: {message}", case.name);
+            for (name, bytes) in &case.files {
+                assert_eq!(
+                    &std::fs::read(ws.path(name)).unwrap(),
+                    bytes,
+                    "{}: {command} changed {name}",
+                    case.name
+                );
+            }
+            for output in ["out.jsonl", "out.jsonl.partial"] {
+                assert!(
+                    !ws.path(output).exists(),
+                    "{}: {command} wrote {output}",
+                    case.name
+                );
+            }
         }
     }
+}
+
+#[tokio::test]
+async fn a_stray_quote_costs_its_own_row_and_the_run_goes_on_with_on_error() {
+    let server = server_replying(weir_test_llm_server::Reply::Echo).await;
+    let ws = Workspace::new();
+    ws.write("in.csv", &stray_quote_csv());
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "on_error:\n  path: rejected.jsonl\n{}",
+            pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS)
+        ),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let written = read_csv(&ws.path("out.csv"));
+    let ids: Vec<&str> = written[1..].iter().map(|r| &r[0]).collect();
+    let expected: Vec<String> = (0..100)
+        .filter(|&i| i != 6)
+        .map(|i| format!("r{i}"))
+        .collect();
+    assert_eq!(ids, expected, "every other row, each once, in order");
+    let rejected = read_jsonl(&ws, "rejected.jsonl");
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0]["_source_row"], 6);
+    let message = rejected[0]["_error_message"].as_str().unwrap();
+    assert!(
+        message.contains("in.csv:8: the quoted field that opens at column 4 is never closed")
+            && message.ends_with("r6,\"Broken quote I love it"),
+        "{message}"
+    );
+    assert_eq!(server.served().len(), 99);
 }
 
 #[tokio::test]
@@ -156,7 +266,7 @@ async fn bad_rows_fail_alone_and_the_rest_of_the_run_goes_on() {
         ),
     );
     let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let ids = |name: &str| -> Vec<String> {
         std::fs::read_to_string(ws.path(name))
             .unwrap_or_default()
@@ -186,11 +296,16 @@ async fn bad_rows_fail_alone_and_the_rest_of_the_run_goes_on() {
             failed[i]["_error_message"].as_str().unwrap()
         )
     };
+    let located =
+        |i: usize| reason(i).replace(&format!("{}", ws.path("in.csv").display()), "in.csv");
     assert_eq!(
-        reason(0),
-        "source_invalid: the row has 3 fields but the header has 2"
+        located(0),
+        "source_invalid: in.csv:3: the row has 3 fields but the header has 2"
     );
-    assert_eq!(reason(1), "source_invalid: field `text` is not valid UTF-8");
+    assert_eq!(
+        located(1),
+        "source_invalid: in.csv:4: field `text` is not valid UTF-8"
+    );
     assert!(
         reason(2).starts_with("llm_call_failed: HTTP 413"),
         "{}",

@@ -1,14 +1,18 @@
 //! The `weir` command line.
 
+mod signals;
 mod story;
 
 use crate::services::audit::History;
+use crate::services::stop::RunStop;
 use crate::{config, engine};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +45,8 @@ enum Command {
         /// Do not draw a progress bar, even on a terminal.
         #[arg(long)]
         no_progress: bool,
+        #[command(flatten)]
+        stopping: Stopping,
     },
     /// Carry on run RUN where it stopped: finished rows are not processed
     /// again, recorded answers are not paid for again.
@@ -52,6 +58,8 @@ enum Command {
         database: Database,
         #[arg(long)]
         no_progress: bool,
+        #[command(flatten)]
+        stopping: Stopping,
     },
     /// Check a pipeline without calling any endpoint: the file, the source, every
     /// component and its options.
@@ -157,6 +165,25 @@ impl Database {
     }
 }
 
+/// How a run stops on SIGINT or SIGTERM.
+#[derive(clap::Args, Clone, Copy)]
+struct Stopping {
+    /// After the first SIGINT/SIGTERM, how long calls in flight may take to
+    /// finish before they are cut. A second signal stops at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0,
+          value_parser = grace_seconds)]
+    grace_seconds: f64,
+}
+
+fn grace_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds from 0 to 86400"
+        )),
+    }
+}
+
 #[derive(Clone, Copy)]
 enum RunChoice {
     Latest,
@@ -176,7 +203,8 @@ impl std::str::FromStr for RunChoice {
     }
 }
 
-/// Exit status when the run finished but some rows failed.
+/// Exit status when the run finished but some rows failed, were quarantined
+/// or were discarded.
 const ROWS_FAILED: u8 = 2;
 
 pub fn main() -> ExitCode {
@@ -206,10 +234,11 @@ async fn execute(command: Command) -> Result<ExitCode> {
             resume,
             no_audit,
             no_progress,
+            stopping,
         } => {
             let mut pipeline = config::load(&pipeline)?;
             if let Some(path) = audit {
-                pipeline.audit_path = path;
+                pipeline.set_audit_path(path)?;
             }
             let resume = resume.map(|choice| engine::Resume {
                 run_id: match choice {
@@ -217,12 +246,13 @@ async fn execute(command: Command) -> Result<ExitCode> {
                     RunChoice::Run(id) => Some(id),
                 },
             });
-            run(pipeline, resume, !no_audit, no_progress).await
+            run(pipeline, resume, !no_audit, no_progress, stopping).await
         }
         Command::Resume {
             run: run_id,
             database,
             no_progress,
+            stopping,
         } => {
             let audit_path = database.path()?;
             let pipeline_path = match database.pipeline {
@@ -230,11 +260,11 @@ async fn execute(command: Command) -> Result<ExitCode> {
                 None => PathBuf::from(History::open(&audit_path)?.run(run_id)?.pipeline_path),
             };
             let mut pipeline = config::load(&pipeline_path)?;
-            pipeline.audit_path = audit_path;
+            pipeline.set_audit_path(audit_path)?;
             let resume = engine::Resume {
                 run_id: Some(run_id),
             };
-            run(pipeline, Some(resume), true, no_progress).await
+            run(pipeline, Some(resume), true, no_progress, stopping).await
         }
         Command::Guest {
             command: GuestCommand::New { lang, path },
@@ -333,19 +363,26 @@ async fn run(
     resume: Option<engine::Resume>,
     audit: bool,
     no_progress: bool,
+    stopping: Stopping,
 ) -> Result<ExitCode> {
     let show_progress = !no_progress && std::io::stderr().is_terminal();
+    let stop = Arc::new(RunStop::new());
+    signals::watch(
+        Arc::clone(&stop),
+        Duration::from_secs_f64(stopping.grace_seconds),
+    )?;
     let options = engine::RunOptions {
         show_progress,
         resume,
         audit,
+        stop,
     };
     let report = engine::run(pipeline, options).await?;
     eprint!("{}", report.summary());
-    Ok(if report.failed_in_run() == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(ROWS_FAILED)
+    Ok(match &report.stopped {
+        Some(reason) => ExitCode::from(reason.exit_code()),
+        None if report.rejected_in_run() > 0 => ExitCode::from(ROWS_FAILED),
+        None => ExitCode::SUCCESS,
     })
 }
 

@@ -10,6 +10,7 @@ use super::stage::Flow;
 use crate::config::OnError;
 use crate::io;
 use crate::services::audit::{AuditLog, CommitRecord, OutcomeRecord, Record};
+use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use futures::stream::{BoxStream, StreamExt};
 use std::time::Duration;
@@ -97,6 +98,7 @@ pub async fn drain(
     outputs: &mut Outputs,
     report: &mut RunReport,
     progress: &progress::Progress,
+    stop: &RunStop,
 ) -> Result<()> {
     let mut uncommitted = Uncommitted::default();
     loop {
@@ -111,6 +113,14 @@ pub async fn drain(
             },
         };
         let Some(flow) = next else { break };
+        // Once the run is stopping, calls not yet sent are not sent, and once
+        // it is aborted, calls on the wire are cut: a row can fail for that
+        // alone. Such a row keeps no outcome, nor does any row after it, so
+        // that the sinks stay in source order; a resume does them again, from
+        // the answers already recorded.
+        if stop.is_aborted() || (stop.is_draining() && flow.state.is_err()) {
+            break;
+        }
         uncommitted.add(write_flow(flow, prepared, outputs, report)?);
         if uncommitted.outcomes.len() >= COMMIT_ROWS
             || uncommitted

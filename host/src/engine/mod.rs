@@ -9,6 +9,7 @@ mod quarantine;
 mod report;
 mod resume;
 mod setup;
+mod source_check;
 mod stage;
 
 pub use report::{EndpointReport, RunReport};
@@ -17,6 +18,7 @@ use crate::config::{Format, Pipeline};
 use crate::hashing;
 use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, Record, ResumePoint, RowRecord, RunEnd};
+use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use futures::stream::{self, BoxStream, StreamExt};
 use ordered::OrderedWindowExt;
@@ -36,6 +38,8 @@ pub struct RunOptions {
     /// Keep an audit trail. Without one there is no `weir explain` and no
     /// resume; it exists to measure what auditing costs.
     pub audit: bool,
+    /// Stops the run early: signals, and endpoints that cannot serve it.
+    pub stop: Arc<RunStop>,
 }
 
 pub struct Resume {
@@ -47,7 +51,8 @@ pub struct Resume {
 /// pipeline file, the source header, every component and its options.
 pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>> {
     let source = io::open_source(&pipeline.source)?;
-    let prepared = setup::prepare(pipeline, None).await?;
+    source_check::refuse_unreadable_rows(pipeline)?;
+    let prepared = setup::prepare(pipeline, None, Arc::new(RunStop::new())).await?;
     columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
     Ok(prepared
         .nodes
@@ -99,17 +104,35 @@ fn open_audit(
 
 pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let started = Instant::now();
+    source_check::refuse_unreadable_rows(&pipeline)?;
     let (audit, mut point) = open_audit(&pipeline, &options)?;
-    let prepared = setup::prepare(&pipeline, audit.as_ref()).await?;
-    if let Some(audit) = &audit {
-        match &point {
-            None => prepared.record_identity(audit),
-            Some(point) => resume::check_unchanged(&point.run, &pipeline, &prepared)?,
+    let stop = Arc::clone(&options.stop);
+    let set_up = async {
+        let prepared = setup::prepare(&pipeline, audit.as_ref(), stop.clone()).await?;
+        if let Some(audit) = &audit {
+            match &point {
+                None => prepared.record_identity(audit),
+                Some(point) => resume::check_unchanged(&point.run, &pipeline, &prepared)?,
+            }
         }
+        let source = io::open_source(&pipeline.source)?;
+        let columns =
+            columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
+        anyhow::Ok((prepared, source, columns))
+    }
+    .await;
+    let (prepared, source, columns) = match set_up {
+        Ok(parts) => parts,
+        Err(e) => {
+            if let (Some(audit), None) = (audit, &point) {
+                mark_failed_to_start(audit, &e);
+            }
+            return Err(e);
+        }
+    };
+    if let Some(audit) = &audit {
         audit.start_segment(point.as_ref().map_or(0, |p| p.done.len() as u64));
     }
-    let source = io::open_source(&pipeline.source)?;
-    let columns = columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
     let resume_at = |path: &std::path::Path| {
         point
             .as_ref()
@@ -149,10 +172,17 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         rows_skipped: check.as_ref().map_or(0, |c| c.done.len() as u64),
         sinks: pipeline.sinks.iter().map(|s| s.path.clone()).collect(),
         audit_path: audit.as_ref().map(|_| pipeline.audit_path.clone()),
+        resume_command: resume_command(&pipeline),
         ..RunReport::default()
     };
     let source_failure = Arc::new(Mutex::new(None));
-    let rows = read_source(source, audit.clone(), check, Arc::clone(&source_failure));
+    let rows = read_source(
+        source,
+        audit.clone(),
+        check,
+        Arc::clone(&source_failure),
+        stop.clone(),
+    );
     let flows = flow_through_nodes(rows, &prepared, audit.as_ref());
     let written = drain::drain(
         flows,
@@ -161,24 +191,33 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         &mut outputs,
         &mut report,
         &progress,
+        &stop,
     )
     .await;
     progress.finish();
-    let stopped = match written {
+    let failed = match written {
         Err(e) => Some(e),
         Ok(()) => source_failure.lock().ok().and_then(|mut f| f.take()),
     };
     let all_sinks = outputs.sinks.into_iter().chain(outputs.error_sinks);
-    if let Some(e) = stopped {
+    report.stopped = stop.reason().cloned();
+    if failed.is_none() && report.stopped.is_some() {
+        match &audit {
+            // The partial files hold the rows the audit trail counts as
+            // written; a resume carries on from them.
+            Some(_) => drop(all_sinks),
+            None => all_sinks.for_each(|sink| sink.abandon()),
+        }
+    } else if let Some(e) = failed {
         match &audit {
             // The partial files stay: they hold the rows the audit trail
             // counts as written, and a resume carries on from them.
             Some(audit) => {
                 drop(all_sinks);
                 return Err(e.context(format!(
-                    "run {} stopped; once the cause is fixed, `weir run {} --resume` carries it on",
+                    "run {} stopped; once the cause is fixed, `{}` carries it on",
                     audit.run_id(),
-                    pipeline.file.path.display()
+                    resume_command(&pipeline)
                 )));
             }
             None => {
@@ -188,9 +227,10 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
                 return Err(e);
             }
         }
-    }
-    for sink in all_sinks {
-        sink.finish()?;
+    } else {
+        for sink in all_sinks {
+            sink.finish()?;
+        }
     }
 
     report.wall = started.elapsed();
@@ -209,10 +249,15 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             Arc::try_unwrap(audit).map_err(|_| anyhow::anyhow!("the audit log is still in use"))?;
         report.calls_replayed = audit.replay().map_or(0, |r| r.used());
         let totals = audit.finish(RunEnd {
-            summary_json: serde_json::to_string(&report.endpoints)?,
+            summary_json: serde_json::json!({
+                "endpoints": &report.endpoints,
+                "stopped": report.stopped.as_ref().map(ToString::to_string),
+            })
+            .to_string(),
             calls_replayed: report.calls_replayed,
+            interrupted: report.stopped.is_some(),
         })?;
-        if totals.without_outcome_count > 0 {
+        if totals.without_outcome_count > 0 && report.stopped.is_none() {
             anyhow::bail!(
                 "run {}: {} source rows ended without a terminal outcome (rows {:?}…). This is a \
                  bug in weir: please report it. The run is marked incomplete; `weir run {} \
@@ -228,19 +273,46 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     Ok(report)
 }
 
+/// The command that carries a stopped run on, as the user can paste it.
+fn resume_command(pipeline: &Pipeline) -> String {
+    let mut command = format!("weir run {} --resume", pipeline.file.path.display());
+    if pipeline.audit_path != pipeline.configured_audit_path {
+        command.push_str(&format!(" --audit {}", pipeline.audit_path.display()));
+    }
+    command
+}
+
+/// Records a run that could not start as such, so it never shows as running.
+fn mark_failed_to_start(audit: Arc<AuditLog>, error: &anyhow::Error) {
+    match Arc::try_unwrap(audit) {
+        Ok(audit) => {
+            if let Err(e) = audit.failed_to_start(&format!("{error:#}")) {
+                tracing::warn!("cannot record that the run failed to start: {e:#}");
+            }
+        }
+        Err(_) => tracing::warn!("cannot record that the run failed to start: still in use"),
+    }
+}
+
 /// Reads the source on a blocking thread, which also hashes and records each
 /// row, skips the rows a resumed run has done, and stops at the first row
-/// that differs from what the run read before (left in `failure`).
+/// that differs from what the run read before (left in `failure`), or once
+/// the run is told to stop.
 fn read_source(
     source: io::SourceReader,
     audit: Option<Arc<AuditLog>>,
     check: Option<SourceCheck>,
     failure: Arc<Mutex<Option<anyhow::Error>>>,
+    stop: Arc<RunStop>,
 ) -> BoxStream<'static, Flow> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Flow>(READ_AHEAD);
+    let stop_reading = Arc::clone(&stop);
     tokio::task::spawn_blocking(move || {
         let hashed = audit.is_some() || check.is_some();
         for SourceRow { index, line, row } in source {
+            if stop.is_draining() {
+                break;
+            }
             let content = match &row {
                 Ok(row) if hashed => Some(hashing::canonical_text(row)),
                 _ => None,
@@ -284,7 +356,12 @@ fn read_source(
             }
         }
     });
-    stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+    // Rows read ahead but not yet begun are left, without an outcome, to a
+    // resume once the run is told to stop.
+    let reading = Arc::clone(&stop_reading);
+    stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .take_while(move |_| std::future::ready(!reading.is_draining()))
+        .boxed()
 }
 
 /// Each node keeps up to its concurrency of rows in flight and hands them on

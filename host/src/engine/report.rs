@@ -2,6 +2,7 @@
 
 use crate::services::audit::Totals;
 use crate::services::executor::StatsSnapshot;
+use crate::services::stop::StopReason;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -34,6 +35,10 @@ pub struct RunReport {
     pub wall: Duration,
     pub sinks: Vec<PathBuf>,
     pub audit_path: Option<PathBuf>,
+    /// Why the run stopped before its source was done, if it did.
+    pub stopped: Option<StopReason>,
+    /// How to carry the run on: `weir run PIPELINE --resume`.
+    pub resume_command: String,
 }
 
 #[derive(Debug, Default)]
@@ -66,10 +71,15 @@ impl RunReport {
         group.count += 1;
     }
 
-    /// Rows of the whole run that failed, earlier segments included.
-    pub fn failed_in_run(&self) -> u64 {
-        self.totals.as_ref().map_or(self.rows_failed, |t| {
-            t.outcomes.get("failed").copied().unwrap_or(0)
+    /// Rows of the whole run that did not succeed (failed, quarantined or
+    /// discarded), earlier segments included.
+    pub fn rejected_in_run(&self) -> u64 {
+        let this_segment = self.rows_failed + self.rows_quarantined + self.rows_discarded;
+        self.totals.as_ref().map_or(this_segment, |t| {
+            ["failed", "quarantined", "discarded"]
+                .iter()
+                .filter_map(|o| t.outcomes.get(*o))
+                .sum()
         })
     }
 
@@ -96,7 +106,15 @@ impl RunReport {
         let name = self
             .run_id
             .map_or("run (not audited)".to_string(), |id| format!("run {id}"));
-        let _ = writeln!(s, "{name} finished in {:.1} s ({rate:.1} rows/s)", secs);
+        let ended = if self.stopped.is_some() {
+            "stopped after"
+        } else {
+            "finished in"
+        };
+        let _ = writeln!(s, "{name} {ended} {:.1} s ({rate:.1} rows/s)", secs);
+        if let Some(reason) = &self.stopped {
+            let _ = writeln!(s, "  stopped  {reason}");
+        }
         if self.segment > 1 {
             let _ = writeln!(
                 s,
@@ -172,7 +190,15 @@ impl RunReport {
             );
         }
         for sink in &self.sinks {
-            let _ = writeln!(s, "  output   {}", sink.display());
+            match (&self.stopped, self.run_id) {
+                (Some(_), Some(_)) => {
+                    let _ = writeln!(s, "  output   {}.partial (so far)", sink.display());
+                }
+                (Some(_), None) => {}
+                (None, _) => {
+                    let _ = writeln!(s, "  output   {}", sink.display());
+                }
+            }
         }
         if let Some(totals) = self.totals.as_ref().filter(|_| self.segment > 1) {
             let counts: Vec<String> = totals
@@ -185,6 +211,14 @@ impl RunReport {
                 "  run      {} rows in all segments: {}",
                 totals.rows,
                 counts.join(", ")
+            );
+        }
+        if let (Some(_), Some(_)) = (&self.stopped, self.run_id) {
+            let _ = writeln!(
+                s,
+                "  resume   {} (rows not finished kept no outcome; answers already received are \
+                 not paid for again)",
+                self.resume_command
             );
         }
         if let (Some(path), Some(id)) = (&self.audit_path, self.run_id) {

@@ -6,6 +6,7 @@ use crate::hashing;
 use crate::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
 use crate::services::audit::{AuditLog, EndpointRecord, NodeRecord, Record};
 use crate::services::executor::Executor;
+use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use std::sync::Arc;
 
@@ -26,9 +27,13 @@ pub struct Prepared {
     pub node_records: Vec<NodeRecord>,
 }
 
-pub async fn prepare(pipeline: &Pipeline, audit: Option<&Arc<AuditLog>>) -> Result<Prepared> {
+pub async fn prepare(
+    pipeline: &Pipeline,
+    audit: Option<&Arc<AuditLog>>,
+    stop: Arc<RunStop>,
+) -> Result<Prepared> {
     let executor = Arc::new(
-        Executor::new(&pipeline.endpoints, audit.cloned())
+        Executor::new(&pipeline.endpoints, audit.cloned(), stop)
             .map_err(|e| pipeline.file.error_at(&["endpoints"], format!("{e:#}")))?,
     );
     let endpoint_records = executor

@@ -2,3 +2,4 @@
 
 pub mod audit;
 pub mod executor;
+pub mod stop;

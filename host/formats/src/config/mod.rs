@@ -4,6 +4,7 @@
 mod interpolate;
 pub mod locate;
 pub mod model;
+mod paths;
 
 pub use model::{BatchMode, EndpointKind, EndpointSpec, Format, PipelineSpec};
 
@@ -164,8 +165,34 @@ pub struct Pipeline {
     /// For rows the source cannot read.
     pub source_on_error: OnError,
     pub audit_path: PathBuf,
+    /// The audit database the file names, whatever `--audit` says: a resume
+    /// command needs `--audit` only when they differ.
+    pub configured_audit_path: PathBuf,
     /// Keep request, response, row and output bodies, not only their hashes.
     pub audit_payloads: bool,
+}
+
+impl Pipeline {
+    /// Puts the audit database elsewhere (`--audit`), refusing a file the
+    /// pipeline reads or writes.
+    pub fn set_audit_path(&mut self, path: PathBuf) -> Result<()> {
+        let audit = paths::identity(&path);
+        let others = std::iter::once(("the source", &self.source))
+            .chain(self.sinks.iter().map(|s| ("a sink", s)))
+            .chain(self.error_sinks.iter().map(|s| ("an on_error sink", s)));
+        for (what, data) in others {
+            if paths::identity(&data.path) == audit {
+                bail!(
+                    "--audit {} is the same file as {what} of {}; the audit database needs a file \
+                     of its own",
+                    path.display(),
+                    self.file.path.display()
+                );
+            }
+        }
+        self.audit_path = path;
+        Ok(())
+    }
 }
 
 pub const AUDIT_FILE_NAME: &str = "weir-audit.sqlite";
@@ -334,18 +361,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
         });
     }
     let audit_path = audit_path(file.dir(), spec.audit.path.as_deref(), &sinks[0].path);
-    if let Some(clash) = error_sinks
-        .iter()
-        .find(|e| sinks.iter().any(|s| s.path == e.path))
-    {
-        return Err(file.error_at(
-            &["on_error"],
-            format!(
-                "{} is both a sink and an on_error sink; failed rows need a file of their own",
-                clash.path.display()
-            ),
-        ));
-    }
+    paths::refuse_shared_files(&file, &paths::places(&file, &spec, &audit_path))?;
     Ok(Pipeline {
         source,
         endpoints: spec.endpoints,
@@ -353,6 +369,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
         sinks,
         error_sinks,
         source_on_error,
+        configured_audit_path: audit_path.clone(),
         audit_path,
         audit_payloads: spec.audit.payloads,
         file,
@@ -569,6 +586,7 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
         ("request_timeout_seconds", e.request_timeout_seconds),
         ("connect_timeout_seconds", e.connect_timeout_seconds),
         ("breaker_cooldown_seconds", e.breaker_cooldown_seconds),
+        ("abort_after_seconds", e.abort_after_seconds),
     ] {
         if !(value.is_finite() && value > 0.0) {
             return Err(at(

@@ -110,6 +110,10 @@ pub struct EndpointSpec {
     /// How long the breaker stays open before a probe request.
     #[serde(default = "defaults::breaker_cooldown_seconds")]
     pub breaker_cooldown_seconds: f64,
+    /// An endpoint whose breaker stays open this long is taken for down: the
+    /// run stops, resumable, instead of failing its rows one by one.
+    #[serde(default = "defaults::abort_after_seconds")]
+    pub abort_after_seconds: f64,
 }
 
 pub mod defaults {
@@ -153,6 +157,9 @@ pub mod defaults {
     }
     pub fn breaker_cooldown_seconds() -> f64 {
         5.0
+    }
+    pub fn abort_after_seconds() -> f64 {
+        60.0
     }
 }
 

@@ -1,6 +1,7 @@
 //! Readers for CSV (with a header row) and JSON Lines. A bad row becomes a row
 //! error at its line; it never stops the rows after it.
 
+use super::csv_records::CsvRecords;
 use crate::config::{DataFile, Format};
 use crate::types::{Row, RowError};
 use anyhow::{Context, Result, bail};
@@ -36,6 +37,37 @@ pub fn open_source(file: &DataFile) -> Result<SourceReader> {
     read_source(handle, file.format, &file.path.display().to_string())
 }
 
+/// What a full read of a source found: how many rows, and the rows it
+/// cannot read, the first few of them with their errors.
+#[derive(Debug, Default)]
+pub struct SourceScan {
+    pub rows: u64,
+    pub rejected: u64,
+    /// (line, error message) of the first rejected rows.
+    pub first_rejected: Vec<(u64, String)>,
+}
+
+/// Reads the whole source once, to find the rows it cannot read before any
+/// of them costs a call. None for a source that can be read only once (a
+/// pipe): it is checked row by row as it streams instead.
+pub fn scan_source(file: &DataFile) -> Result<Option<SourceScan>> {
+    let regular = std::fs::metadata(&file.path).is_ok_and(|m| m.is_file());
+    if !regular {
+        return Ok(None);
+    }
+    let mut scan = SourceScan::default();
+    for row in open_source(file)? {
+        scan.rows += 1;
+        if let Err(error) = row.row {
+            scan.rejected += 1;
+            if scan.first_rejected.len() < 5 {
+                scan.first_rejected.push((row.line, error.message));
+            }
+        }
+    }
+    Ok(Some(scan))
+}
+
 /// Rows from any reader; `name` stands for it in errors.
 pub fn read_source(
     input: impl Read + Send + 'static,
@@ -46,58 +78,55 @@ pub fn read_source(
         Format::Csv => csv_rows(input, name),
         Format::Jsonl => Ok(SourceReader {
             columns: None,
-            rows: Box::new(jsonl_rows(BufReader::new(input))),
+            rows: Box::new(jsonl_rows(BufReader::new(input), name.to_string())),
         }),
     }
 }
 
 fn csv_rows(input: impl Read + Send + 'static, name: &str) -> Result<SourceReader> {
-    // Records end at `\n` only: with the default, a CRLF file's `\n` starts
-    // the next record and every row would report the line before its own.
-    // The `\r` it leaves on the last field is cut by `last_field`.
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .terminator(csv::Terminator::Any(b'\n'))
-        .from_reader(BufReader::new(input));
-    let header = reader
-        .byte_headers()
-        .with_context(|| format!("cannot read the header row of {name}"))?
-        .clone();
-    let mut columns = Vec::with_capacity(header.len());
+    let mut records = CsvRecords::new(BufReader::new(input), b',');
+    let header = match records.next_record() {
+        None => bail!("{name}: the file is empty; a CSV source needs a header row"),
+        Some(Err(bad)) => bail!(
+            "{name}:{}: the header row is malformed: {}",
+            bad.line,
+            bad.message
+        ),
+        Some(Ok(header)) => header,
+    };
+    let mut columns = Vec::with_capacity(header.fields.len());
     let mut seen = HashSet::new();
-    let last = header.len().saturating_sub(1);
-    for (i, raw) in header.iter().enumerate() {
-        let raw = if i == last { last_field(raw) } else { raw };
+    for (i, raw) in header.fields.iter().enumerate() {
         let Ok(column) = std::str::from_utf8(raw) else {
             bail!(
-                "{name}:1: column {} of the header is not valid UTF-8",
+                "{name}:{}: column {} of the header is not valid UTF-8",
+                header.line,
                 i + 1
             );
         };
         if !seen.insert(column.to_string()) {
             bail!(
-                "{name}:1: the header names column `{column}` twice; column names must be unique"
+                "{name}:{}: the header names column `{column}` twice; column names must be unique",
+                header.line
             );
         }
         columns.push(column.to_string());
     }
-    if columns.is_empty() {
-        bail!("{name}: the file is empty; a CSV source needs a header row");
-    }
     let names = columns.clone();
+    let name = name.to_string();
     let mut index = 0u64;
-    let mut record = csv::ByteRecord::new();
     let rows = std::iter::from_fn(move || {
-        let line = reader.position().line();
-        let row = match reader.read_byte_record(&mut record) {
-            Ok(false) => return None,
-            Ok(true) => csv_row(&names, &record),
-            Err(e) => Err(RowError::new(
-                "source_invalid",
-                format!("unreadable CSV record: {e}"),
-            )),
+        let (line, row) = match records.next_record()? {
+            Ok(record) => (record.line, csv_row(&names, &record.fields)),
+            Err(bad) => (
+                bad.line,
+                Err(RowError::new(
+                    "source_invalid",
+                    format!("{}: {}", bad.message, bad.text),
+                )),
+            ),
         };
-        let line = record.position().map_or(line, |p| p.line());
+        let row = row.map_err(|e| located(&name, line, e));
         let item = SourceRow { index, line, row };
         index += 1;
         Some(item)
@@ -108,21 +137,24 @@ fn csv_rows(input: impl Read + Send + 'static, name: &str) -> Result<SourceReade
     })
 }
 
-fn csv_row(columns: &[String], record: &csv::ByteRecord) -> Result<Row, RowError> {
-    if record.len() != columns.len() {
+/// Prefixes a row error with the file and line it comes from.
+fn located(name: &str, line: u64, error: RowError) -> RowError {
+    RowError::new(&error.code, format!("{name}:{line}: {}", error.message))
+}
+
+fn csv_row(columns: &[String], fields: &[Vec<u8>]) -> Result<Row, RowError> {
+    if fields.len() != columns.len() {
         return Err(RowError::new(
             "source_invalid",
             format!(
                 "the row has {} fields but the header has {}",
-                record.len(),
+                fields.len(),
                 columns.len()
             ),
         ));
     }
     let mut row = Row::with_capacity(columns.len());
-    let last = columns.len().saturating_sub(1);
-    for (i, (column, raw)) in columns.iter().zip(record.iter()).enumerate() {
-        let raw = if i == last { last_field(raw) } else { raw };
+    for (column, raw) in columns.iter().zip(fields) {
         let value = std::str::from_utf8(raw).map_err(|_| {
             RowError::new(
                 "source_invalid",
@@ -134,12 +166,10 @@ fn csv_row(columns: &[String], record: &csv::ByteRecord) -> Result<Row, RowError
     Ok(row)
 }
 
-/// The last field of a CRLF line still holds the `\r`.
-fn last_field(raw: &[u8]) -> &[u8] {
-    raw.strip_suffix(b"\r").unwrap_or(raw)
-}
-
-fn jsonl_rows(mut reader: impl BufRead + Send + 'static) -> impl Iterator<Item = SourceRow> + Send {
+fn jsonl_rows(
+    mut reader: impl BufRead + Send + 'static,
+    name: String,
+) -> impl Iterator<Item = SourceRow> + Send {
     let mut line_number = 0u64;
     let mut index = 0u64;
     let mut buffer = Vec::new();
@@ -159,7 +189,7 @@ fn jsonl_rows(mut reader: impl BufRead + Send + 'static) -> impl Iterator<Item =
             let item = SourceRow {
                 index,
                 line: line_number,
-                row,
+                row: row.map_err(|e| located(&name, line_number, e)),
             };
             index += 1;
             return Some(item);

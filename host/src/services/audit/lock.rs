@@ -16,9 +16,19 @@ pub struct RunLock {
 impl RunLock {
     pub fn acquire(database: &Path, run_id: i64) -> Result<Self> {
         let path = lock_path(database, run_id);
+        let left_behind = path.exists();
         let file = open(&path)?;
         match file.try_lock() {
-            Ok(()) => Ok(Self { path, _file: file }),
+            Ok(()) => {
+                if left_behind {
+                    tracing::warn!(
+                        "run {run_id}: taking over {}, left by a weir process that ended without \
+                         releasing it",
+                        path.display()
+                    );
+                }
+                Ok(Self { path, _file: file })
+            }
             Err(TryLockError::WouldBlock) => anyhow::bail!(
                 "run {run_id} is in progress in another weir process (it holds {})",
                 path.display()

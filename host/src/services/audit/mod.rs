@@ -177,6 +177,18 @@ impl AuditLog {
         Ok(totals)
     }
 
+    /// Ends a run that never began on any row, recording why.
+    pub fn failed_to_start(mut self, error: &str) -> Result<()> {
+        let conn = self
+            .close()?
+            .context("the audit writer had already stopped")?;
+        writer::failed_to_start(&conn, self.scope.run, error)?;
+        if let Some(lock) = self.lock.take() {
+            lock.release();
+        }
+        Ok(())
+    }
+
     fn close(&mut self) -> Result<Option<Connection>> {
         drop(self.tx.take());
         match self.writer.take() {
@@ -283,6 +295,7 @@ mod tests {
         RunEnd {
             summary_json: "[]".into(),
             calls_replayed: 0,
+            interrupted: false,
         }
     }
 

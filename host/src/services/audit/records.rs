@@ -41,6 +41,9 @@ pub struct RunEnd {
     /// Per-endpoint statistics of this segment, as JSON.
     pub summary_json: String,
     pub calls_replayed: u64,
+    /// The run stopped before its source was done (a signal, an endpoint
+    /// down): it stays resumable.
+    pub interrupted: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

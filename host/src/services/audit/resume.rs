@@ -43,7 +43,7 @@ pub fn pick_run(conn: &Connection, run_id: Option<i64>, pipeline_path: &str) -> 
         None => conn
             .query_row(
                 "SELECT run_id, status, pipeline_path FROM runs
-                 WHERE pipeline_path = ?1 AND status IN ('running', 'incomplete')
+                 WHERE pipeline_path = ?1 AND status IN ('running', 'incomplete', 'interrupted')
                    AND EXISTS (SELECT 1 FROM segments s WHERE s.run_id = runs.run_id)
                  ORDER BY run_id DESC LIMIT 1",
                 [pipeline_path],
@@ -57,7 +57,7 @@ pub fn pick_run(conn: &Connection, run_id: Option<i64>, pipeline_path: &str) -> 
             None => bail!("no unfinished run of {pipeline_path} in this audit database"),
         }
     };
-    if status != "running" && status != "incomplete" {
+    if !matches!(status.as_str(), "running" | "incomplete" | "interrupted") {
         bail!("run {id} already finished ({status}); there is nothing to resume");
     }
     let segments: u32 = conn.query_row(

@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS runs (
     weir_version    TEXT NOT NULL,
     started_at_ms   INTEGER NOT NULL,
     finished_at_ms  INTEGER,
-    status          TEXT NOT NULL,      -- running | completed | completed_with_failures | incomplete
+    status          TEXT NOT NULL,      -- running | completed | completed_with_failures | interrupted | incomplete | failed_to_start
     rows_total      INTEGER,
     rows_completed  INTEGER,
     rows_failed     INTEGER,

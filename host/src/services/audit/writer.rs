@@ -263,6 +263,21 @@ pub struct Totals {
 
 /// Checks that every row has its one terminal outcome, then closes the
 /// segment and the run.
+/// A run whose set-up failed (a component that does not load, a pipeline
+/// that changed under a resume) ends as `failed_to_start`, with the error.
+pub fn failed_to_start(conn: &Connection, run: i64, error: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET finished_at_ms = ?2, status = 'failed_to_start', summary_json = ?3
+         WHERE run_id = ?1",
+        params![
+            run,
+            super::now_ms(),
+            serde_json::json!({ "error": error }).to_string()
+        ],
+    )?;
+    Ok(())
+}
+
 pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
     let Scope { run, segment, .. } = scope;
     let rows: u64 = conn.query_row("SELECT count(*) FROM rows WHERE run_id = ?1", [run], |r| {
@@ -286,9 +301,15 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
         .query_map([run], |r| r.get(0))?
         .collect::<rusqlite::Result<Vec<u64>>>()?;
     let failed = outcomes.get("failed").copied().unwrap_or(0);
-    let status = if without_outcome_count > 0 {
+    let rejected: u64 = ["failed", "quarantined", "discarded"]
+        .iter()
+        .filter_map(|o| outcomes.get(*o))
+        .sum();
+    let status = if end.interrupted {
+        "interrupted"
+    } else if without_outcome_count > 0 {
         "incomplete"
-    } else if failed > 0 {
+    } else if rejected > 0 {
         "completed_with_failures"
     } else {
         "completed"

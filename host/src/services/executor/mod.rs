@@ -5,6 +5,7 @@
 //! and never the ones retrying cannot fix.
 
 mod breaker;
+mod health;
 mod limiter;
 mod rate;
 mod retry;
@@ -16,8 +17,10 @@ pub use stats::StatsSnapshot;
 
 use crate::config::{EndpointKind, EndpointSpec};
 use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
+use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use breaker::{Breaker, Transition};
+use health::Health;
 use limiter::{Limiter, Signal};
 use rate::RateLimits;
 use retry::Verdict;
@@ -67,16 +70,19 @@ pub struct Executor {
 }
 
 impl Executor {
+    /// `stop`: where an endpoint that cannot serve the run stops it, and
+    /// what cuts the calls in flight when the run stops.
     pub fn new(
         specs: &BTreeMap<String, EndpointSpec>,
         audit: Option<Arc<AuditLog>>,
+        stop: Arc<RunStop>,
     ) -> Result<Self> {
         let endpoints = specs
             .iter()
             .map(|(name, spec)| {
                 Ok((
                     name.clone(),
-                    Arc::new(Endpoint::new(name, spec, audit.clone())?),
+                    Arc::new(Endpoint::new(name, spec, audit.clone(), stop.clone())?),
                 ))
             })
             .collect::<Result<_>>()?;
@@ -101,6 +107,7 @@ pub struct Endpoint {
     breaker: Breaker,
     rates: RateLimits,
     stats: stats::Stats,
+    health: Health,
     audit: Option<Arc<AuditLog>>,
 }
 
@@ -111,7 +118,12 @@ enum Stop {
 }
 
 impl Endpoint {
-    fn new(name: &str, spec: &EndpointSpec, audit: Option<Arc<AuditLog>>) -> Result<Self> {
+    fn new(
+        name: &str,
+        spec: &EndpointSpec,
+        audit: Option<Arc<AuditLog>>,
+        stop: Arc<RunStop>,
+    ) -> Result<Self> {
         let target = Target::new(name, spec)?;
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
@@ -136,6 +148,12 @@ impl Endpoint {
             ),
             rates: RateLimits::new(spec.requests_per_minute, spec.tokens_per_minute),
             stats: stats::Stats::default(),
+            health: Health::new(
+                name,
+                spec.kind,
+                Duration::from_secs_f64(spec.abort_after_seconds),
+                stop,
+            ),
             audit,
         })
     }
@@ -160,8 +178,28 @@ impl Endpoint {
     /// Sends `body`. Capacity errors are retried until
     /// `max_capacity_retry_seconds` after the first attempt, transient ones up
     /// to `max_retries` times, and nothing outlives `row_deadline`. A slot of
-    /// the pool is held only while a request is on the wire.
+    /// the pool is held only while a request is on the wire. Once the run is
+    /// aborted, nothing is sent and a call in flight is cut.
     pub async fn send(
+        &self,
+        body: &str,
+        row_deadline: Option<Instant>,
+        on_attempt: impl FnMut(Attempt<'_>),
+    ) -> Result<Response, CallError> {
+        let stop = self.health.stop();
+        let result = tokio::select! {
+            biased;
+            _ = stop.aborted() => {
+                let reason = stop.reason().map(ToString::to_string).unwrap_or_default();
+                return Err(CallError::Transport(format!("not sent: the run is stopping ({reason})")));
+            }
+            result = self.send_with_retries(body, row_deadline, on_attempt) => result,
+        };
+        self.health.judge(&result);
+        result
+    }
+
+    async fn send_with_retries(
         &self,
         body: &str,
         row_deadline: Option<Instant>,
@@ -181,6 +219,12 @@ impl Endpoint {
             let wait_deadline = earliest(row_deadline, budget_end);
             let (ticket, permit) = match self.admit(tokens, wait_deadline, attempt > 0).await {
                 Some(admitted) => admitted,
+                None if self.health.stop().is_draining() => {
+                    self.stats.finished(false);
+                    return Err(CallError::Transport(
+                        "not sent: the run is stopping".to_string(),
+                    ));
+                }
                 None => {
                     let stop = if row_deadline == wait_deadline {
                         Stop::RowDeadline
@@ -290,6 +334,10 @@ impl Endpoint {
             if let Some(wait) = wait {
                 match retry_cause {
                     Some("capacity") => capacity_retries += 1,
+                    // While the breaker is open the endpoint is down, not this
+                    // request: waiting out an outage spends none of its
+                    // retries, and the outage's length is `abort_after_seconds`'s.
+                    _ if self.breaker.state() != BreakerState::Closed => {}
                     _ => transient_retries += 1,
                 }
                 self.stats.retried(retry_cause.unwrap_or("transient"));
@@ -331,6 +379,11 @@ impl Endpoint {
             }
         }
         let permit = self.limiter.acquire(deadline, retry).await;
+        // A run that is stopping lets the calls on the wire finish but sends
+        // no new one.
+        if self.health.stop().is_draining() {
+            return None;
+        }
         // The breaker is asked last, right before sending: a request that
         // waited for a slot while the endpoint went down must not go out
         // once the breaker has opened.
@@ -373,6 +426,7 @@ impl Endpoint {
 
     /// Logs and audits a change of the circuit breaker.
     fn report(&self, transition: Transition) {
+        self.health.breaker_changed(&transition);
         tracing::warn!(
             endpoint = %self.name,
             "circuit breaker {}: {}",

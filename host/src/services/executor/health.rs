@@ -1,0 +1,248 @@
+//! Whether an endpoint can serve the run at all. Two things no retry fixes
+//! stop the whole run instead of failing its rows one by one, hours later:
+//! an endpoint that refuses the run's requests (a bad key, no access, no such
+//! model or path), and one whose circuit breaker stays open past
+//! `abort_after_seconds`. Rows not finished by then keep no outcome, so a
+//! resume does them once the endpoint is back.
+
+use super::breaker::{BreakerState, Transition};
+use super::{CallError, Response};
+use crate::config::EndpointKind;
+use crate::services::stop::{RunStop, StopReason};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub struct Health {
+    endpoint: String,
+    kind: EndpointKind,
+    abort_after: Duration,
+    stop: Arc<RunStop>,
+    /// Some request was answered with success: the key, the URL and the
+    /// model are right, so a later 404 is about the request, not the run.
+    answered: AtomicBool,
+    /// The breaker is open or half-open.
+    down: AtomicBool,
+    /// Counts the outages begun and ended; a watch is for one outage.
+    outage: Arc<AtomicU64>,
+    /// The reason of the breaker's latest opening, with its last error.
+    last_opening: Arc<Mutex<String>>,
+}
+
+impl Health {
+    pub fn new(
+        endpoint: &str,
+        kind: EndpointKind,
+        abort_after: Duration,
+        stop: Arc<RunStop>,
+    ) -> Self {
+        Self {
+            endpoint: endpoint.to_string(),
+            kind,
+            abort_after,
+            stop,
+            answered: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+            outage: Arc::new(AtomicU64::new(0)),
+            last_opening: Arc::default(),
+        }
+    }
+
+    pub fn stop(&self) -> &RunStop {
+        &self.stop
+    }
+
+    /// Watches an outage from the breaker's first opening: if it has not
+    /// closed again within `abort_after`, the run stops.
+    pub fn breaker_changed(&self, transition: &Transition) {
+        match transition.to {
+            BreakerState::Closed => {
+                self.down.store(false, Ordering::SeqCst);
+                self.outage.fetch_add(1, Ordering::SeqCst);
+            }
+            BreakerState::Open => {
+                if let Ok(mut last) = self.last_opening.lock() {
+                    last.clone_from(&transition.reason);
+                }
+                if !self.down.swap(true, Ordering::SeqCst) {
+                    let outage = self.outage.fetch_add(1, Ordering::SeqCst) + 1;
+                    self.watch(outage);
+                }
+            }
+            BreakerState::HalfOpen => {}
+        }
+    }
+
+    fn watch(&self, outage: u64) {
+        let (current, last, stop) = (
+            Arc::clone(&self.outage),
+            Arc::clone(&self.last_opening),
+            Arc::clone(&self.stop),
+        );
+        let (endpoint, after) = (self.endpoint.clone(), self.abort_after);
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if current.load(Ordering::SeqCst) != outage {
+                return;
+            }
+            let last = last.lock().map(|l| l.clone()).unwrap_or_default();
+            stop.abort(StopReason::EndpointDown {
+                endpoint,
+                detail: format!(
+                    "its circuit breaker has been open for {} s (abort_after_seconds); {last}",
+                    after.as_secs_f64()
+                ),
+            });
+        });
+    }
+
+    /// Looks at a request's final outcome; an answer that says the run's
+    /// configuration is wrong stops the run.
+    pub fn judge(&self, result: &Result<Response, CallError>) {
+        match result {
+            Ok(_) => self.answered.store(true, Ordering::Relaxed),
+            Err(CallError::Status(response)) => {
+                if let Some(why) = self.refusal(response) {
+                    self.stop.abort(StopReason::EndpointRefused {
+                        endpoint: self.endpoint.clone(),
+                        detail: format!(
+                            "HTTP {} ({why}): {}",
+                            response.status,
+                            first_bytes(&response.body, 200)
+                        ),
+                    });
+                }
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn refusal(&self, response: &Response) -> Option<&'static str> {
+        let before_any_success = !self.answered.load(Ordering::Relaxed);
+        match response.status {
+            401 => Some("the API key was not accepted"),
+            403 => Some("the API key has no access to this endpoint or model"),
+            // A plain HTTP endpoint may answer 404 for one row's lookup.
+            404 if before_any_success && self.kind != EndpointKind::Http => {
+                Some("no such model, deployment or path")
+            }
+            400 if before_any_success && names_a_missing_model(&response.body) => {
+                Some("no such model")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A 400 that says the model does not exist, as OpenAI-compatible servers
+/// word it (`model_not_found`, "The model `x` does not exist").
+fn names_a_missing_model(body: &str) -> bool {
+    let text = body.to_ascii_lowercase();
+    text.contains("model_not_found")
+        || (text.contains("model")
+            && (text.contains("does not exist") || text.contains("not found")))
+}
+
+/// The start of a body for a message: at most `limit` bytes, cut at a
+/// character boundary, on one line.
+pub fn first_bytes(body: &str, limit: usize) -> String {
+    let mut end = body.len().min(limit);
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut text: String = body[..end].escape_debug().collect();
+    if end < body.len() {
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16, body: &str) -> Response {
+        Response {
+            status,
+            body: body.into(),
+            attempts: 1,
+            latency: Duration::ZERO,
+        }
+    }
+
+    fn health(kind: EndpointKind) -> Health {
+        Health::new(
+            "llm",
+            kind,
+            Duration::from_secs(60),
+            Arc::new(RunStop::new()),
+        )
+    }
+
+    #[test]
+    fn a_bad_key_stops_the_run_and_says_why() {
+        let h = health(EndpointKind::Openai);
+        h.judge(&Err(CallError::Status(response(
+            401,
+            "{\"error\":\"bad key\"}",
+        ))));
+        let reason = h.stop().reason().unwrap().to_string();
+        assert!(h.stop().is_aborted());
+        assert!(
+            reason.contains("HTTP 401 (the API key was not accepted)"),
+            "{reason}"
+        );
+        assert!(reason.contains("bad key"), "{reason}");
+    }
+
+    #[test]
+    fn a_404_after_a_success_is_the_rows_problem() {
+        let h = health(EndpointKind::Openai);
+        h.judge(&Ok(response(200, "{}")));
+        h.judge(&Err(CallError::Status(response(404, "gone"))));
+        assert!(!h.stop().is_aborted());
+        let http = health(EndpointKind::Http);
+        http.judge(&Err(CallError::Status(response(404, "no such item"))));
+        assert!(!http.stop().is_aborted());
+    }
+
+    #[test]
+    fn a_400_naming_a_missing_model_stops_the_run_but_other_400s_do_not() {
+        let h = health(EndpointKind::Openai);
+        h.judge(&Err(CallError::Status(response(400, "prompt too long"))));
+        assert!(!h.stop().is_aborted());
+        h.judge(&Err(CallError::Status(response(
+            400,
+            "{\"error\":{\"message\":\"The model `gpt-9` does not exist\"}}",
+        ))));
+        assert!(h.stop().is_aborted());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_longer_than_abort_after_stops_the_run_and_a_short_one_does_not() {
+        let h = health(EndpointKind::Openai);
+        let open = Transition {
+            to: BreakerState::Open,
+            reason: "10 failures in a row; the last: connection refused".into(),
+        };
+        let closed = Transition {
+            to: BreakerState::Closed,
+            reason: "the probe succeeded".into(),
+        };
+        h.breaker_changed(&open);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        h.breaker_changed(&closed);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(
+            !h.stop().is_aborted(),
+            "the breaker closed within the limit"
+        );
+
+        h.breaker_changed(&open);
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert!(h.stop().is_aborted());
+        let reason = h.stop().reason().unwrap().to_string();
+        assert!(reason.contains("open for 60 s"), "{reason}");
+        assert!(reason.contains("connection refused"), "{reason}");
+    }
+}

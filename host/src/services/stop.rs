@@ -1,0 +1,124 @@
+//! A run that stops before its source is done. The parts that find a reason
+//! (a signal, an endpoint that is down or refuses the run's requests) say so
+//! here; the parts that act on it (the source reader, the executor, the
+//! drain) ask. The first reason given is the one reported.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::Notify;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// SIGINT or SIGTERM; `exit_code` is 128 + the signal's number.
+    Signal { name: &'static str, exit_code: u8 },
+    /// The endpoint's circuit breaker stayed open past `abort_after_seconds`.
+    EndpointDown { endpoint: String, detail: String },
+    /// The endpoint refused the run's requests in a way no retry can fix
+    /// (bad key, no access, no such model or path).
+    EndpointRefused { endpoint: String, detail: String },
+}
+
+impl StopReason {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StopReason::Signal { exit_code, .. } => *exit_code,
+            _ => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::Signal { name, .. } => write!(f, "stopped by {name}"),
+            StopReason::EndpointDown { endpoint, detail } => {
+                write!(f, "endpoint `{endpoint}` is down: {detail}")
+            }
+            StopReason::EndpointRefused { endpoint, detail } => {
+                write!(
+                    f,
+                    "endpoint `{endpoint}` refused the run's requests: {detail}"
+                )
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct RunStop {
+    reason: OnceLock<StopReason>,
+    /// No more source rows are read; rows in flight may finish.
+    draining: AtomicBool,
+    /// Calls in flight are cut and no more are sent.
+    aborted: AtomicBool,
+    notify: Notify,
+}
+
+impl RunStop {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stops reading rows and lets the rows in flight finish.
+    pub fn drain(&self, reason: StopReason) {
+        let _ = self.reason.set(reason);
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops reading rows and cuts every call in flight.
+    pub fn abort(&self, reason: StopReason) {
+        self.drain(reason);
+        self.aborted.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
+    pub fn reason(&self) -> Option<&StopReason> {
+        self.reason.get()
+    }
+
+    /// Resolves once the run is aborted.
+    pub async fn aborted(&self) {
+        loop {
+            // Created before the check, so an abort in between still wakes it.
+            let notified = self.notify.notified();
+            if self.is_aborted() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_reason_stands_and_abort_wakes_waiters() {
+        let stop = std::sync::Arc::new(RunStop::new());
+        let waiter = tokio::spawn({
+            let stop = stop.clone();
+            async move { stop.aborted().await }
+        });
+        tokio::task::yield_now().await;
+        stop.drain(StopReason::Signal {
+            name: "SIGINT",
+            exit_code: 130,
+        });
+        assert!(stop.is_draining() && !stop.is_aborted());
+        stop.abort(StopReason::EndpointDown {
+            endpoint: "llm".into(),
+            detail: "x".into(),
+        });
+        waiter.await.unwrap();
+        assert_eq!(stop.reason().unwrap().exit_code(), 130);
+    }
+}

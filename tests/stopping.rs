@@ -1,0 +1,337 @@
+//! Runs that stop before their source is done: an endpoint that is down or
+//! refuses the run's key, SIGINT and SIGTERM. Each ends at once with one
+//! message, leaves the rows it did not finish without an outcome, and a
+//! resume finishes them: every row once, no request sent twice. The endpoint
+//! is the test LLM server, a test tool; `weir` is the real binary.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use weir_test_llm_server::{Reply, Script, TestLlmServer};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn audit_query(ws: &Workspace, sql: &str) -> String {
+    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    conn.query_row(sql, [], |r| r.get::<_, String>(0)).unwrap()
+}
+
+fn run_status(ws: &Workspace) -> String {
+    audit_query(ws, "SELECT status FROM runs ORDER BY run_id DESC LIMIT 1")
+}
+
+/// The ids in the sink, which must hold rows 0..n each once, in order.
+fn assert_every_row_once(ws: &Workspace, n: usize) {
+    let rows = read_csv(&ws.path("out.csv"));
+    let ids: Vec<usize> = rows[1..].iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_it() {
+    let port = free_port();
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(2000));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with(
+            "in.csv",
+            "out.csv",
+            "abort_after_seconds: 3\nbreaker_cooldown_seconds: 0.5",
+            "",
+            ECHO_OPTIONS,
+        ),
+    );
+    let started = Instant::now();
+    let out = run_with_key(&p, &base_url).await;
+    let took = started.elapsed();
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(
+        message
+            .contains("stopped  endpoint `llm` is down: its circuit breaker has been open for 3 s")
+            && message.contains("Connection refused"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("weir run {} --resume", p.display())),
+        "{message}"
+    );
+    assert_eq!(run_status(&ws), "interrupted");
+    assert_eq!(
+        audit_query(&ws, "SELECT CAST(count(*) AS TEXT) FROM row_outcomes"),
+        "0",
+        "no row was recorded as failed"
+    );
+
+    let server = TestLlmServer::bind(Script::default(), &format!("127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let out = weir(
+        &["run", p.to_str().unwrap(), "--resume"],
+        &[("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_every_row_once(&ws, 2000);
+    assert_eq!(server.served().len(), 2000);
+    assert_eq!(run_status(&ws), "completed");
+}
+
+#[tokio::test]
+async fn a_key_the_endpoint_refuses_stops_the_run_at_once() {
+    let server = TestLlmServer::start(Script {
+        require_key: Some("the-right-key".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(500));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(
+            "endpoint `llm` refused the run's requests: HTTP 401 (the API key was not accepted)"
+        ),
+        "{message}"
+    );
+    let sent = server.served().len();
+    assert!(sent <= 8, "{sent} requests were sent after the first 401");
+    assert_eq!(run_status(&ws), "interrupted");
+}
+
+/// Starts `weir run` in the background, with stdout and stderr kept.
+fn spawn_run(p: &std::path::Path, base_url: &str, extra: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", p.to_str().unwrap(), "--no-progress"])
+        .args(extra)
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", base_url)
+        .env(
+            "WEIR_CACHE_DIR",
+            std::env::temp_dir().join("weir-test-cache"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn send_signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().unwrap().to_string();
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn wait_until_served(server: &TestLlmServer, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.served().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "the run never reached {n} requests"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn finish(child: tokio::process::Child) -> std::process::Output {
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("weir did not stop")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        latency: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(300));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
+    );
+    let child = spawn_run(&p, &server.base_url(), &[]);
+    wait_until_served(&server, 20).await;
+    send_signal(&child, "INT");
+    let out = finish(child).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{message}");
+    assert!(message.contains("stopped  stopped by SIGINT"), "{message}");
+    assert!(
+        message.contains(&format!("weir run {} --resume", p.display())),
+        "{message}"
+    );
+    assert_eq!(run_status(&ws), "interrupted");
+    let sent_before = server.served().len();
+    assert!(sent_before < 300, "the run went on after the signal");
+    let done: usize = audit_query(&ws, "SELECT CAST(count(*) AS TEXT) FROM row_outcomes")
+        .parse()
+        .unwrap();
+    let locks = std::fs::read_dir(ws.path(".")).unwrap().filter(|e| {
+        e.as_ref()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(".lock")
+    });
+    assert_eq!(locks.count(), 0, "the run's lock was released");
+
+    let out = weir(
+        &["run", p.to_str().unwrap(), "--resume"],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{message}");
+    assert_every_row_once(&ws, 300);
+    assert_eq!(server.served().len(), 300, "no request was sent twice");
+    // Answers that came back after the stop, behind a row that had to wait,
+    // were kept and are not paid for again.
+    let replayed = format!(
+        "{done} rows were already done; {} answers replayed",
+        sent_before - done
+    );
+    assert!(
+        message.contains(&replayed),
+        "expected `{replayed}`: {message}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_sigterm_stops_at_once_and_the_run_still_resumes() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        latency: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(40));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "pool_size: 8", "", ECHO_OPTIONS),
+    );
+    let child = spawn_run(&p, &server.base_url(), &["--grace-seconds", "60"]);
+    wait_until_served(&server, 4).await;
+    send_signal(&child, "TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = Instant::now();
+    send_signal(&child, "TERM");
+    let out = finish(child).await;
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(
+        second.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        second.elapsed()
+    );
+
+    // The same endpoint, answering at once now.
+    let base_url = server.base_url();
+    let address = base_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    drop(server);
+    let fast = rebind(&address).await;
+    let out = weir(
+        &["run", p.to_str().unwrap(), "--resume"],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &fast.base_url()),
+        ],
+    )
+    .await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{message}");
+    assert!(
+        message.contains("taking over"),
+        "the left lock is taken over with a notice: {message}"
+    );
+    assert_every_row_once(&ws, 40);
+}
+
+/// A fresh server on the address a dropped one held, once the port is free.
+async fn rebind(address: &str) -> TestLlmServer {
+    for _ in 0..50 {
+        if let Ok(server) = TestLlmServer::bind(Script::default(), address).await {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{address} stayed in use");
+}
+
+#[tokio::test]
+async fn exit_status_and_run_state_tell_the_truth() {
+    let server = TestLlmServer::start(Script {
+        reject_marker: Some("row".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(5));
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "on_error:\n  path: failed.jsonl\n{}",
+            pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS)
+        ),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "every row quarantined is not a success: {}",
+        stderr(&out)
+    );
+    assert_eq!(read_jsonl(&ws, "failed.jsonl").len(), 5);
+    assert_eq!(run_status(&ws), "completed_with_failures");
+    let runs = weir(&["runs", "-p", p.to_str().unwrap()], &[]).await;
+    assert!(String::from_utf8_lossy(&runs.stdout).contains("completed_with_failures"));
+
+    // A component that cannot load: the run is recorded as failed to start.
+    std::fs::write(ws.path("bad.wasm"), b"not wasm").unwrap();
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("component: llm", "component: bad.wasm");
+    std::fs::write(&p, text).unwrap();
+    let out = run_with_key(&p, &server.base_url()).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(run_status(&ws), "failed_to_start");
+    assert!(
+        audit_query(
+            &ws,
+            "SELECT summary_json FROM runs ORDER BY run_id DESC LIMIT 1"
+        )
+        .contains("not a loadable WebAssembly component")
+    );
+}
