@@ -188,9 +188,13 @@ async fn failed_rows_are_reported_and_never_take_other_rows_with_them() {
         "in.jsonl",
         "{\"id\": 1, \"text\": \"fine\"}\n{\"id\": 2}\nnot json\n{\"id\": 4, \"text\": \"also fine\"}\n",
     );
+    // Without `on_error`, a source with an unreadable line would not run.
     let pipeline = ws.write(
         "p.yaml",
-        &pipeline_yaml("in.jsonl", "out.jsonl", 4, ECHO_OPTIONS),
+        &format!(
+            "on_error: discard\n{}",
+            pipeline_yaml("in.jsonl", "out.jsonl", 4, ECHO_OPTIONS)
+        ),
     );
     let out = run_with_key(&pipeline, &server.base_url()).await;
     assert_eq!(
@@ -200,7 +204,7 @@ async fn failed_rows_are_reported_and_never_take_other_rows_with_them() {
     );
     let summary = stderr(&out);
     assert!(
-        summary.contains("4 read: 2 ok, 2 failed; 2 written"),
+        summary.contains("4 read: 2 ok, 0 failed, 2 discarded; 2 written"),
         "{summary}"
     );
     assert!(
@@ -240,8 +244,8 @@ async fn failed_rows_are_reported_and_never_take_other_rows_with_them() {
         outcomes,
         vec![
             (0, "completed".into(), "".into()),
-            (1, "failed".into(), "template_rendering_failed".into()),
-            (2, "failed".into(), "source_invalid".into()),
+            (1, "discarded".into(), "template_rendering_failed".into()),
+            (2, "discarded".into(), "source_invalid".into()),
             (3, "completed".into(), "".into()),
         ]
     );

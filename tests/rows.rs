@@ -84,10 +84,11 @@ async fn a_row_gets_all_its_queries_answers_or_fails_naming_the_failed_ones() {
         \x20   on_error: {path: failed.jsonl}\n";
     let pipeline = ws.write("p.yaml", &pipeline(node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_finished(&out);
 
     let written = read_jsonl(&ws, "out.jsonl");
     let failed = read_jsonl(&ws, "failed.jsonl");
+    assert_exit_counts_set_aside(&out, failed.len());
     assert_eq!(
         (written.len(), failed.len()),
         (10, 2),
@@ -146,9 +147,10 @@ async fn bundles_never_misattribute_and_misses_are_asked_again() {
         );
         let pipeline = ws.write("p.yaml", &pipeline(&node));
         let out = run_with_key(&pipeline, &server.base_url()).await;
-        assert!(out.status.success(), "{}", stderr(&out));
+        assert_finished(&out);
         let written = read_jsonl(&ws, "out.jsonl");
         let failed = read_jsonl(&ws, "failed.jsonl");
+        assert_exit_counts_set_aside(&out, failed.len());
         assert_eq!(
             ids(&written, &failed),
             (0..40).collect::<Vec<_>>(),
@@ -228,7 +230,12 @@ async fn a_failing_batch_still_gives_every_member_an_outcome() {
         \x20   on_error: discard\n";
     let pipeline = ws.write("p.yaml", &pipeline(node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "rows were discarded: {}",
+        stderr(&out)
+    );
     let counts = outcomes(&ws);
     assert_eq!(counts.get("discarded"), Some(&4), "{counts:?}");
     assert_eq!(counts.get("consumed_in_batch"), Some(&4), "{counts:?}");
@@ -363,9 +370,13 @@ async fn check(case: Case) -> Result<(), TestCaseError> {
     );
     let pipeline = ws.write("p.yaml", &pipeline(&node));
     let out = run_with_key(&pipeline, &server.base_url()).await;
-    prop_assert!(out.status.success(), "{}", stderr(&out));
+    prop_assert!(matches!(out.status.code(), Some(0 | 2)), "{}", stderr(&out));
     let written = read_jsonl(&ws, "out.jsonl");
     let failed = read_jsonl(&ws, "failed.jsonl");
+    prop_assert_eq!(
+        out.status.code(),
+        Some(if failed.is_empty() { 0 } else { 2 })
+    );
     prop_assert_eq!(
         ids(&written, &failed),
         (0..case.rows as i64).collect::<Vec<_>>()

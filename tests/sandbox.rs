@@ -57,7 +57,7 @@ async fn a_guest_past_a_limit_fails_only_that_row_and_the_error_names_the_limit(
         ),
     );
     let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 
     let written: Vec<i64> = read_jsonl(&ws, "out.jsonl")
         .iter()
@@ -104,7 +104,7 @@ async fn a_node_that_keeps_trapping_is_stopped_when_asked() {
         &pipeline("    concurrency: 1\n    limits:\n      stop_after_traps: 2\n"),
     );
     let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let codes: Vec<String> = failures(&ws).into_values().collect();
     assert_eq!(
         codes,

@@ -150,3 +150,20 @@ pub fn read_jsonl(ws: &Workspace, name: &str) -> Vec<serde_json::Map<String, ser
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
+
+/// `weir run` ran to the end: 0 when every row succeeded, 2 when some were
+/// failed, quarantined or discarded.
+pub fn assert_finished(out: &Output) {
+    assert!(matches!(out.status.code(), Some(0 | 2)), "{}", stderr(out));
+}
+
+/// The exit status says whether any row was set aside.
+pub fn assert_exit_counts_set_aside(out: &Output, set_aside: usize) {
+    let expected = if set_aside == 0 { 0 } else { 2 };
+    assert_eq!(
+        out.status.code(),
+        Some(expected),
+        "{set_aside} rows set aside: {}",
+        stderr(out)
+    );
+}
