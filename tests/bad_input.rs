@@ -312,3 +312,28 @@ async fn bad_rows_fail_alone_and_the_rest_of_the_run_goes_on() {
         reason(2)
     );
 }
+
+#[tokio::test]
+async fn an_audit_database_given_over_the_source_is_refused() {
+    let ws = Workspace::new();
+    ws.write("in.csv", "id,text\n1,a\n");
+    let p = ws.write("p.yaml", &pipeline("in.csv", GOOD_NODE));
+    let source = ws.path("in.csv");
+    let out = weir(
+        &[
+            "run",
+            p.to_str().unwrap(),
+            "--audit",
+            source.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("is the same file as the source"),
+        "{message}"
+    );
+    assert_eq!(ws.read("in.csv"), "id,text\n1,a\n");
+}

@@ -184,5 +184,11 @@ mod tests {
             identity(&dir.path().join("sub/../out/./new.csv"))
         );
         assert_ne!(a, identity(&dir.path().join("sub/in.csv")));
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("link")).unwrap();
+        assert_eq!(a, identity(&dir.path().join("link/in.csv")));
+        assert_eq!(
+            identity(&dir.path().join("out/new.csv")),
+            identity(&dir.path().join("link/out/new.csv"))
+        );
     }
 }
