@@ -138,6 +138,19 @@ fn cases() -> Vec<Case> {
             expect: "p.yaml:3: an on_error sink `",
         },
         Case {
+            name: "a budget without prices",
+            files: good_csv(),
+            pipeline: format!("budget_usd: 5\n{}", pipeline("in.csv", GOOD_NODE)),
+            expect: "p.yaml:1: budget_usd needs a price on every endpoint, and endpoint `llm` has none",
+        },
+        Case {
+            name: "a response cache over the source",
+            files: good_csv(),
+            pipeline: pipeline("in.csv", GOOD_NODE)
+                .replace("api_key: k\n", "api_key: k\n    cache: in.csv\n"),
+            expect: "a response cache `",
+        },
+        Case {
             name: "the audit database over the source",
             files: good_csv(),
             pipeline: format!("{}audit:\n  path: in.csv\n", pipeline("in.csv", GOOD_NODE)),

@@ -112,6 +112,11 @@ enum Command {
         #[command(flatten)]
         database: Database,
     },
+    /// Look into or empty the response cache of a pipeline's endpoints.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
     /// Delete the bodies a run kept (rows, requests, responses, outputs);
     /// their hashes stay.
     Purge {
@@ -141,6 +146,48 @@ enum GuestCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// How many answers the cache keeps, by endpoint, and what they cost.
+    Stats {
+        #[command(flatten)]
+        cache: CacheFile,
+    },
+    /// Delete every kept answer.
+    Clear {
+        #[command(flatten)]
+        cache: CacheFile,
+    },
+}
+
+/// Which response cache: `--cache`, else the ones a pipeline file's
+/// endpoints use, else `weir-cache.sqlite` in the current directory.
+#[derive(clap::Args)]
+struct CacheFile {
+    /// The cache file.
+    #[arg(long)]
+    cache: Option<PathBuf>,
+    /// A pipeline file: the caches of its endpoints.
+    #[arg(long, short)]
+    pipeline: Option<PathBuf>,
+}
+
+impl CacheFile {
+    fn paths(&self) -> Result<Vec<PathBuf>> {
+        if let Some(path) = &self.cache {
+            return Ok(vec![path.clone()]);
+        }
+        if let Some(pipeline) = &self.pipeline {
+            let paths = config::cache_paths_of(pipeline)?;
+            if paths.is_empty() {
+                anyhow::bail!("no endpoint of {} has `cache:` on", pipeline.display());
+            }
+            return Ok(paths);
+        }
+        Ok(vec![PathBuf::from(config::CACHE_FILE_NAME)])
+    }
+}
+
 /// Which audit database: `--audit`, else the one a pipeline file names, else
 /// `weir-audit.sqlite` in the current directory.
 #[derive(clap::Args)]
@@ -165,7 +212,7 @@ impl Database {
     }
 }
 
-/// How a run stops on SIGINT or SIGTERM.
+/// When a run stops before its source is done.
 #[derive(clap::Args, Clone, Copy)]
 struct Stopping {
     /// After the first SIGINT/SIGTERM, how long calls in flight may take to
@@ -173,6 +220,17 @@ struct Stopping {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0,
           value_parser = grace_seconds)]
     grace_seconds: f64,
+    /// The most the whole run may spend, in USD, in place of the pipeline's
+    /// `budget_usd`; a resume can raise it.
+    #[arg(long, value_name = "USD", value_parser = budget_usd)]
+    budget_usd: Option<f64>,
+}
+
+fn budget_usd(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd > 0.0 => Ok(usd),
+        _ => Err(format!("`{text}` is not a positive number of USD")),
+    }
 }
 
 fn grace_seconds(text: &str) -> Result<f64, String> {
@@ -346,6 +404,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
             print!("{}", story::row(&history.row(run, row)?, full));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Cache { command } => cache(command),
         Command::Purge { run, database } => {
             let path = database.path()?;
             let deleted = History::purge(&path, run)?;
@@ -376,6 +435,7 @@ async fn run(
         resume,
         audit,
         stop,
+        budget_usd: stopping.budget_usd,
     };
     let report = engine::run(pipeline, options).await?;
     eprint!("{}", report.summary());
@@ -404,6 +464,38 @@ async fn test(files: &[PathBuf], component: Option<&std::path::Path>) -> Result<
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn cache(command: CacheCommand) -> Result<ExitCode> {
+    use crate::services::cache::ResponseCache;
+    let (files, clear) = match &command {
+        CacheCommand::Stats { cache } => (cache.paths()?, false),
+        CacheCommand::Clear { cache } => (cache.paths()?, true),
+    };
+    for path in files {
+        if !path.exists() {
+            println!("{}: no cache yet", path.display());
+            continue;
+        }
+        let cache = ResponseCache::open(&path)?;
+        if clear {
+            println!("{}: {} answers deleted", path.display(), cache.clear()?);
+            continue;
+        }
+        let stats = cache.stats()?;
+        println!(
+            "{}: {} answers ({} of requests with temperature above 0), {:.1} MB, ${:.4} when first paid for",
+            path.display(),
+            stats.entries,
+            stats.sampled,
+            stats.bytes as f64 / 1e6,
+            stats.cost_usd
+        );
+        for (endpoint, count) in stats.by_endpoint {
+            println!("  {count:>8}  {endpoint}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn fail(error: anyhow::Error) -> ExitCode {

@@ -13,8 +13,8 @@ pub fn runs(runs: &[RunInfo]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:>4}  {:<23}  {:<19}  {:>8}  {:>6}  {:>7}  outcomes  pipeline",
-        "run", "status", "started (UTC)", "duration", "rows", "calls"
+        "{:>4}  {:<23}  {:<19}  {:>8}  {:>6}  {:>7}  {:>10}  outcomes  pipeline",
+        "run", "status", "started (UTC)", "duration", "rows", "calls", "cost"
     );
     for run in runs {
         let outcomes: Vec<String> = run
@@ -31,11 +31,13 @@ pub fn runs(runs: &[RunInfo]) -> String {
             .map_or("-".to_string(), |f| seconds(f - run.started_at_ms));
         let _ = writeln!(
             s,
-            "{:>4}  {status:<23}  {:<19}  {duration:>8}  {:>6}  {:>7}  {}  {}",
+            "{:>4}  {status:<23}  {:<19}  {duration:>8}  {:>6}  {:>7}  {:>10}  {}  {}",
             run.run_id,
             utc(run.started_at_ms),
             run.rows,
             run.calls,
+            run.cost_usd
+                .map_or("-".to_string(), |usd| format!("${usd:.4}")),
             if outcomes.is_empty() {
                 "-".to_string()
             } else {

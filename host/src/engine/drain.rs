@@ -101,6 +101,8 @@ pub async fn drain(
     stop: &RunStop,
 ) -> Result<()> {
     let mut uncommitted = Uncommitted::default();
+    // Set at the first row the stop made fail: no row after it is written.
+    let mut held_back = false;
     loop {
         let next = match uncommitted.due() {
             None => flows.next().await,
@@ -117,9 +119,16 @@ pub async fn drain(
         // it is aborted, calls on the wire are cut: a row can fail for that
         // alone. Such a row keeps no outcome, nor does any row after it, so
         // that the sinks stay in source order; a resume does them again, from
-        // the answers already recorded.
-        if stop.is_aborted() || (stop.is_draining() && flow.state.is_err()) {
+        // the answers already recorded. The rows behind are still awaited,
+        // so that every call on the wire is recorded, unless it is cut.
+        if stop.is_aborted() {
             break;
+        }
+        if stop.is_draining() && flow.state.is_err() {
+            held_back = true;
+        }
+        if held_back {
+            continue;
         }
         uncommitted.add(write_flow(flow, prepared, outputs, report)?);
         if uncommitted.outcomes.len() >= COMMIT_ROWS

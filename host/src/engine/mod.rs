@@ -18,6 +18,7 @@ use crate::config::{Format, Pipeline};
 use crate::hashing;
 use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, Record, ResumePoint, RowRecord, RunEnd};
+use crate::services::executor::RunControls;
 use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use futures::stream::{self, BoxStream, StreamExt};
@@ -40,6 +41,8 @@ pub struct RunOptions {
     pub audit: bool,
     /// Stops the run early: signals, and endpoints that cannot serve it.
     pub stop: Arc<RunStop>,
+    /// `--budget-usd`: in place of the pipeline's `budget_usd`.
+    pub budget_usd: Option<f64>,
 }
 
 pub struct Resume {
@@ -52,7 +55,7 @@ pub struct Resume {
 pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>> {
     let source = io::open_source(&pipeline.source)?;
     source_check::refuse_unreadable_rows(pipeline)?;
-    let prepared = setup::prepare(pipeline, None, Arc::new(RunStop::new())).await?;
+    let prepared = setup::prepare(pipeline, None, &RunControls::unlimited()).await?;
     columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
     Ok(prepared
         .nodes
@@ -108,7 +111,12 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let (audit, mut point) = open_audit(&pipeline, &options)?;
     let stop = Arc::clone(&options.stop);
     let set_up = async {
-        let prepared = setup::prepare(&pipeline, audit.as_ref(), stop.clone()).await?;
+        let spent_before = match (&audit, &point) {
+            (Some(audit), Some(_)) => audit.spent_usd(&pipeline.audit_path)?,
+            _ => 0.0,
+        };
+        let controls = setup::controls(&pipeline, stop.clone(), options.budget_usd, spent_before)?;
+        let prepared = setup::prepare(&pipeline, audit.as_ref(), &controls).await?;
         if let Some(audit) = &audit {
             match &point {
                 None => prepared.record_identity(audit),
@@ -240,6 +248,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         .map(|e| EndpointReport {
             name: e.name.clone(),
             pool_size: e.spec.pool_size,
+            priced: e.spec.price.is_some(),
             stats: e.stats(),
         })
         .collect();

@@ -53,6 +53,8 @@ pub struct FailureGroup {
 pub struct EndpointReport {
     pub name: String,
     pub pool_size: usize,
+    /// The endpoint has a `price`, so its cost means something.
+    pub priced: bool,
     #[serde(flatten)]
     pub stats: StatsSnapshot,
 }
@@ -69,6 +71,65 @@ impl RunReport {
                 ..FailureGroup::default()
             });
         group.count += 1;
+    }
+
+    /// Cost (with prices) and the response cache's hits, when there are any.
+    fn write_money(&self, s: &mut String) {
+        let money: Vec<_> = self
+            .endpoints
+            .iter()
+            .map(|e| (&e.name, &e.stats.money))
+            .collect();
+        let cost: f64 = money.iter().map(|(_, m)| m.cost_usd).sum();
+        let priced = self.endpoints.iter().any(|e| e.priced);
+        if priced {
+            let by_endpoint: Vec<String> = money
+                .iter()
+                .map(|(name, m)| format!("{name} {}", usd(m.cost_usd)))
+                .collect();
+            let _ = write!(
+                s,
+                "  cost     {} (endpoint {}",
+                usd(cost),
+                by_endpoint.join(", ")
+            );
+            if let Some(totals) = &self.totals {
+                let by_node: Vec<String> = totals
+                    .cost_by_node
+                    .iter()
+                    .map(|(node, cost)| format!("{node} {}", usd(*cost)))
+                    .collect();
+                let _ = write!(s, "; node {}", by_node.join(", "));
+                if self.segment > 1 {
+                    let _ = write!(s, "; {} in all segments", usd(totals.cost_usd));
+                }
+            }
+            let estimated: u64 = money.iter().map(|(_, m)| m.cost_estimated_calls).sum();
+            if estimated > 0 {
+                let _ = write!(
+                    s,
+                    "; {estimated} calls estimated: their answers had no usage"
+                );
+            }
+            let _ = writeln!(s, ")");
+        }
+        let hits: u64 = money.iter().map(|(_, m)| m.cache_hits).sum();
+        if hits > 0 {
+            let saved: f64 = money.iter().map(|(_, m)| m.cache_saved_usd).sum();
+            let sampled: u64 = money.iter().map(|(_, m)| m.cache_sampled_hits).sum();
+            let _ = write!(s, "  cache    {hits} answers from the cache, not sent");
+            if priced {
+                let _ = write!(s, "; {} saved", usd(saved));
+            }
+            if sampled > 0 {
+                let _ = write!(
+                    s,
+                    "; {sampled} of them for requests with temperature above 0, which a fresh call \
+                     could have answered differently"
+                );
+            }
+            let _ = writeln!(s);
+        }
     }
 
     /// Rows of the whole run that did not succeed (failed, quarantined or
@@ -178,6 +239,7 @@ impl RunReport {
                 e.stats.breaker
             );
         }
+        self.write_money(&mut s);
         for (code, g) in &self.failures {
             let node = g
                 .first_node
@@ -230,5 +292,14 @@ impl RunReport {
             );
         }
         s
+    }
+}
+
+/// Dollars to the cent, or finer for small amounts.
+fn usd(amount: f64) -> String {
+    if amount >= 1.0 {
+        format!("${amount:.2}")
+    } else {
+        format!("${amount:.6}")
     }
 }

@@ -5,9 +5,12 @@ use crate::config::{ComponentRef, NodeConfig, Pipeline};
 use crate::hashing;
 use crate::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
 use crate::services::audit::{AuditLog, EndpointRecord, NodeRecord, Record};
-use crate::services::executor::Executor;
+use crate::services::budget::Budget;
+use crate::services::cache::ResponseCache;
+use crate::services::executor::{Executor, RunControls};
 use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub struct Node {
@@ -30,10 +33,10 @@ pub struct Prepared {
 pub async fn prepare(
     pipeline: &Pipeline,
     audit: Option<&Arc<AuditLog>>,
-    stop: Arc<RunStop>,
+    controls: &RunControls,
 ) -> Result<Prepared> {
     let executor = Arc::new(
-        Executor::new(&pipeline.endpoints, audit.cloned(), stop)
+        Executor::new(&pipeline.endpoints, audit.cloned(), controls)
             .map_err(|e| pipeline.file.error_at(&["endpoints"], format!("{e:#}")))?,
     );
     let endpoint_records = executor
@@ -77,6 +80,42 @@ pub async fn prepare(
         nodes,
         endpoint_records,
         node_records,
+    })
+}
+
+/// The run's stop, its budget (`budget_usd` or `--budget-usd`, with what
+/// earlier segments spent) and its response caches, one per file.
+pub fn controls(
+    pipeline: &Pipeline,
+    stop: Arc<RunStop>,
+    budget_usd: Option<f64>,
+    spent_before: f64,
+) -> Result<RunControls> {
+    let mut opened: BTreeMap<&std::path::Path, Arc<ResponseCache>> = BTreeMap::new();
+    let mut caches = BTreeMap::new();
+    for (endpoint, path) in &pipeline.caches {
+        let cache = match opened.get(path.as_path()) {
+            Some(cache) => Arc::clone(cache),
+            None => {
+                let cache = Arc::new(ResponseCache::open(path).map_err(|e| {
+                    pipeline
+                        .file
+                        .error_at(&["endpoints", endpoint, "cache"], format!("{e:#}"))
+                })?);
+                opened.insert(path, Arc::clone(&cache));
+                cache
+            }
+        };
+        caches.insert(endpoint.clone(), cache);
+    }
+    Ok(RunControls {
+        budget: Arc::new(Budget::new(
+            budget_usd.or(pipeline.budget_usd),
+            spent_before,
+            Arc::clone(&stop),
+        )),
+        stop,
+        caches,
     })
 }
 

@@ -1,5 +1,8 @@
 //! The services the host hands to guests through WIT imports.
 
 pub mod audit;
+pub mod budget;
+pub mod cache;
+pub mod cost;
 pub mod executor;
 pub mod stop;

@@ -16,6 +16,8 @@ pub enum StopReason {
     /// The endpoint refused the run's requests in a way no retry can fix
     /// (bad key, no access, no such model or path).
     EndpointRefused { endpoint: String, detail: String },
+    /// The next call would have taken the run past `budget_usd`.
+    Budget { limit_usd: f64, spent_usd: f64 },
 }
 
 impl StopReason {
@@ -40,6 +42,14 @@ impl std::fmt::Display for StopReason {
                     "endpoint `{endpoint}` refused the run's requests: {detail}"
                 )
             }
+            StopReason::Budget {
+                limit_usd,
+                spent_usd,
+            } => write!(
+                f,
+                "budget: the next call would pass budget_usd ${limit_usd} (${spent_usd:.4} spent); \
+                 resume with a higher `--budget-usd` to go on"
+            ),
         }
     }
 }

@@ -4,9 +4,15 @@
 mod interpolate;
 pub mod locate;
 pub mod model;
+mod money;
 mod paths;
 
-pub use model::{BatchMode, EndpointKind, EndpointSpec, Format, PipelineSpec};
+pub use money::CACHE_FILE_NAME;
+
+pub use model::{
+    BatchMode, CacheSpec, EndpointKind, EndpointSpec, Format, ModelPriceSpec, PipelineSpec,
+    PriceSpec,
+};
 
 use model::OnErrorSpec;
 
@@ -170,6 +176,10 @@ pub struct Pipeline {
     pub configured_audit_path: PathBuf,
     /// Keep request, response, row and output bodies, not only their hashes.
     pub audit_payloads: bool,
+    /// The response store of each endpoint that has `cache:` on.
+    pub caches: BTreeMap<String, PathBuf>,
+    /// The most the run may spend, in USD.
+    pub budget_usd: Option<f64>,
 }
 
 impl Pipeline {
@@ -311,6 +321,38 @@ pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
     Ok(audit_path(dir, configured, &dir.join(first_sink)))
 }
 
+/// The response caches a pipeline file's endpoints use, read like
+/// `audit_path_of`: without the pipeline's secrets.
+pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
+    let audit = audit_path_of(path)?;
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let text = interpolate::interpolate(&raw, |name| {
+        std::env::var(name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| Some(format!("unset-{name}")))
+    })
+    .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    let doc: serde_yaml::Value =
+        serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut paths = Vec::new();
+    if let Some(endpoints) = doc["endpoints"].as_mapping() {
+        for endpoint in endpoints.values() {
+            let spec = match &endpoint["cache"] {
+                serde_yaml::Value::Bool(on) => CacheSpec::Enabled(*on),
+                serde_yaml::Value::String(path) => CacheSpec::Path(path.clone()),
+                _ => continue,
+            };
+            paths.extend(money::cache_path(dir, &spec, &audit));
+        }
+    }
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
+}
+
 fn parse_error(file: &PipelineFile, err: &serde_yaml::Error) -> anyhow::Error {
     match err.location() {
         Some(loc) => anyhow!(
@@ -362,6 +404,8 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
     }
     let audit_path = audit_path(file.dir(), spec.audit.path.as_deref(), &sinks[0].path);
     paths::refuse_shared_files(&file, &paths::places(&file, &spec, &audit_path))?;
+    let caches = money::caches(&file, &spec.endpoints, &audit_path);
+    money::check_budget(&file, spec.budget_usd, &spec.endpoints)?;
     Ok(Pipeline {
         source,
         endpoints: spec.endpoints,
@@ -372,6 +416,8 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
         configured_audit_path: audit_path.clone(),
         audit_path,
         audit_payloads: spec.audit.payloads,
+        caches,
+        budget_usd: spec.budget_usd,
         file,
     })
 }
@@ -594,6 +640,9 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
                 format!("endpoint `{name}`: {field} must be a positive number of seconds"),
             ));
         }
+    }
+    if let Some(price) = &e.price {
+        money::check_price(file, name, price)?;
     }
     if let Some(url) = &e.base_url
         && !(url.starts_with("http://") || url.starts_with("https://"))

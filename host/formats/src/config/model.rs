@@ -19,6 +19,47 @@ pub struct PipelineSpec {
     /// sink. Without it they are counted, reported and audited as failed.
     #[serde(default)]
     pub on_error: Option<OnErrorSpec>,
+    /// The most the whole run may spend, in USD, by the endpoints' prices.
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceSpec {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    /// Prompt tokens the provider served from its prompt cache; the input
+    /// price when absent.
+    #[serde(default)]
+    pub cached_input_per_million: Option<f64>,
+    /// Prices of particular models, by the model name requests give.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelPriceSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPriceSpec {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    #[serde(default)]
+    pub cached_input_per_million: Option<f64>,
+}
+
+/// `cache: true` (a file beside the audit database), `false`, or a path.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum CacheSpec {
+    Enabled(bool),
+    Path(String),
+}
+
+impl Default for CacheSpec {
+    fn default() -> Self {
+        CacheSpec::Enabled(false)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -114,6 +155,12 @@ pub struct EndpointSpec {
     /// run stops, resumable, instead of failing its rows one by one.
     #[serde(default = "defaults::abort_after_seconds")]
     pub abort_after_seconds: f64,
+    /// What the endpoint charges; gives each call its cost.
+    #[serde(default)]
+    pub price: Option<PriceSpec>,
+    /// Answer identical requests from a store instead of sending them again.
+    #[serde(default)]
+    pub cache: CacheSpec,
 }
 
 pub mod defaults {

@@ -59,6 +59,15 @@ pub fn places(file: &PipelineFile, spec: &PipelineSpec, audit: &Path) -> Vec<Pla
             ));
         }
     }
+    for (name, endpoint) in &spec.endpoints {
+        if let Some(path) = super::money::cache_path(dir, &endpoint.cache, audit) {
+            places.push(Place::new(
+                path,
+                &["endpoints", name, "cache"],
+                "a response cache",
+            ));
+        }
+    }
     let audit_key: &[&str] = if spec.audit.path.is_some() {
         &["audit", "path"]
     } else {
@@ -72,14 +81,15 @@ pub fn places(file: &PipelineFile, spec: &PipelineSpec, audit: &Path) -> Vec<Pla
     places
 }
 
-/// Refuses two places that are one file, unless both are on_error sinks
-/// (nodes may share one).
+/// Refuses two places that are one file, unless both are on_error sinks or
+/// both response caches (nodes and endpoints may share one).
 pub fn refuse_shared_files(file: &PipelineFile, places: &[Place]) -> Result<()> {
     let identities: Vec<PathBuf> = places.iter().map(|p| identity(&p.path)).collect();
     for (j, later) in places.iter().enumerate() {
         for (i, earlier) in places[..j].iter().enumerate() {
-            let both_error_sinks = earlier.what == "an on_error sink" && later.what == earlier.what;
-            if identities[i] != identities[j] || both_error_sinks {
+            let shareable = matches!(earlier.what, "an on_error sink" | "a response cache")
+                && later.what == earlier.what;
+            if identities[i] != identities[j] || shareable {
                 continue;
             }
             let harm = if earlier.what == "the source" {

@@ -26,6 +26,8 @@ pub struct RunInfo {
     /// Rows per terminal outcome so far.
     pub outcomes: BTreeMap<String, u64>,
     pub calls: u64,
+    /// What its calls cost so far; None when no endpoint has a price.
+    pub cost_usd: Option<f64>,
 }
 
 impl RunInfo {
@@ -173,6 +175,11 @@ impl History {
             rows: count("SELECT count(*) FROM rows WHERE run_id = ?1")?,
             outcomes,
             calls: count("SELECT count(*) FROM calls WHERE run_id = ?1")?,
+            cost_usd: self.conn.query_row(
+                "SELECT sum(cost_usd) FROM calls WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )?,
         })
     }
 

@@ -177,6 +177,17 @@ impl AuditLog {
         Ok(totals)
     }
 
+    /// What the run's calls cost so far, earlier segments included.
+    pub fn spent_usd(&self, path: &Path) -> Result<f64> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(conn.query_row(
+            "SELECT coalesce(sum(cost_usd), 0) FROM calls WHERE run_id = ?1",
+            [self.scope.run],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Ends a run that never began on any row, recording why.
     pub fn failed_to_start(mut self, error: &str) -> Result<()> {
         let conn = self
@@ -226,6 +237,7 @@ fn open_database(path: &Path) -> Result<Connection> {
     // larger page cache keeps them from rereading pages.
     conn.pragma_update(None, "cache_size", -32_000)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    migrate(&conn, path)?;
     check_schema_version(&conn, path)?;
     conn.execute_batch(include_str!("schema.sql"))
         .with_context(|| format!("cannot set up the audit database {}", path.display()))?;
@@ -234,7 +246,26 @@ fn open_database(path: &Path) -> Result<Connection> {
 }
 
 /// Bumped whenever `schema.sql` changes shape.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// Brings a database of an earlier schema up to this one, so its runs stay
+/// readable and resumable.
+fn migrate(conn: &Connection, path: &Path) -> Result<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version == 3 {
+        conn.execute_batch(
+            "BEGIN;
+             ALTER TABLE calls ADD COLUMN cost_usd REAL;
+             ALTER TABLE calls ADD COLUMN cost_estimated INTEGER;
+             ALTER TABLE calls ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE runs ADD COLUMN cost_usd REAL;
+             PRAGMA user_version = 4;
+             COMMIT;",
+        )
+        .with_context(|| format!("cannot bring {} to schema version 4", path.display()))?;
+    }
+    Ok(())
+}
 
 /// A database made by another version of the schema is refused rather than
 /// half-written.

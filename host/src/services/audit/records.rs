@@ -123,6 +123,10 @@ pub struct CallRecord {
     pub started_at_ms: i64,
     /// Answered from a payload an earlier segment recorded; nothing was sent.
     pub replayed: bool,
+    /// (USD, estimated) of a successful attempt, by the endpoint's price.
+    pub cost: Option<(f64, bool)>,
+    /// Answered from the response cache; nothing was sent.
+    pub cached: bool,
 }
 
 pub struct OutcomeRecord {

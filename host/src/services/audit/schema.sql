@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS runs (
     rows_completed  INTEGER,
     rows_failed     INTEGER,
     outcomes_json   TEXT,               -- rows per terminal outcome
-    summary_json    TEXT                -- per-endpoint statistics (calls, retries, limit over time, …)
+    summary_json    TEXT,               -- per-endpoint statistics (calls, retries, limit over time, …)
+    cost_usd        REAL                -- what the run's calls cost, all segments, by the endpoints' prices
 );
 
 -- One per process that worked on the run: the first `weir run`, then each
@@ -116,6 +117,9 @@ CREATE TABLE IF NOT EXISTS calls (
     completion_tokens  INTEGER,
     started_at_ms      INTEGER NOT NULL,
     replayed           INTEGER NOT NULL,  -- 1: answered from the payload an earlier segment recorded, not sent
+    cost_usd           REAL,              -- by the endpoint's price, for a successful attempt
+    cost_estimated     INTEGER,           -- 1: the answer had no usage; tokens were estimated from the text
+    cached             INTEGER NOT NULL DEFAULT 0, -- 1: answered from the response cache, not sent
     -- Keyed by row first, so a row's calls are found without another index.
     PRIMARY KEY (run_id, row_index, state_id, call_index)
 ) WITHOUT ROWID;

@@ -185,7 +185,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
             let response_sha256 = c.response.map(|r| hash(tx, scope, r)).transpose()?;
             tx.prepare_cached(
                 "INSERT INTO calls
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                         ?18, ?19, ?20, ?21)",
             )?
             .execute(params![
                 run,
@@ -205,7 +206,10 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 c.prompt_tokens,
                 c.completion_tokens,
                 c.started_at_ms,
-                c.replayed
+                c.replayed,
+                c.cost.map(|(usd, _)| usd),
+                c.cost.map(|(_, estimated)| estimated),
+                c.cached
             ])?;
         }
         Record::Commit(commit) => {
@@ -259,10 +263,12 @@ pub struct Totals {
     pub without_outcome: Vec<u64>,
     pub without_outcome_count: u64,
     pub status: &'static str,
+    /// What the run's calls cost in all its segments, in USD.
+    pub cost_usd: f64,
+    /// The same by node name, in pipeline order.
+    pub cost_by_node: Vec<(String, f64)>,
 }
 
-/// Checks that every row has its one terminal outcome, then closes the
-/// segment and the run.
 /// A run whose set-up failed (a component that does not load, a pipeline
 /// that changed under a resume) ends as `failed_to_start`, with the error.
 pub fn failed_to_start(conn: &Connection, run: i64, error: &str) -> Result<()> {
@@ -278,6 +284,8 @@ pub fn failed_to_start(conn: &Connection, run: i64, error: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks that every row has its one terminal outcome, then closes the
+/// segment and the run.
 pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
     let Scope { run, segment, .. } = scope;
     let rows: u64 = conn.query_row("SELECT count(*) FROM rows WHERE run_id = ?1", [run], |r| {
@@ -314,6 +322,15 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
     } else {
         "completed"
     };
+    let cost_by_node = conn
+        .prepare(
+            "SELECT n.name, coalesce(sum(c.cost_usd), 0) FROM nodes n
+             LEFT JOIN calls c ON c.run_id = n.run_id AND c.node_id = n.node_id
+             WHERE n.run_id = ?1 GROUP BY n.node_id ORDER BY n.node_id",
+        )?
+        .query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<(String, f64)>>>()?;
+    let cost_usd: f64 = cost_by_node.iter().map(|(_, usd)| usd).sum();
     let now = super::now_ms();
     conn.execute(
         "UPDATE segments SET finished_at_ms = ?3, status = 'finished', calls_replayed = ?4
@@ -322,7 +339,7 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
     )?;
     conn.execute(
         "UPDATE runs SET finished_at_ms = ?2, status = ?3, rows_total = ?4, rows_completed = ?5,
-         rows_failed = ?6, outcomes_json = ?7, summary_json = ?8 WHERE run_id = ?1",
+         rows_failed = ?6, outcomes_json = ?7, summary_json = ?8, cost_usd = ?9 WHERE run_id = ?1",
         params![
             run,
             now,
@@ -331,7 +348,8 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
             outcomes.get("completed").copied().unwrap_or(0),
             failed,
             serde_json::to_string(&outcomes)?,
-            end.summary_json
+            end.summary_json,
+            cost_usd
         ],
     )?;
     Ok(Totals {
@@ -339,6 +357,8 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
         outcomes,
         without_outcome,
         without_outcome_count,
+        cost_usd,
+        cost_by_node,
         status,
     })
 }

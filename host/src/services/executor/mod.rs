@@ -13,10 +13,13 @@ mod stats;
 mod target;
 
 pub use breaker::BreakerState;
-pub use stats::StatsSnapshot;
+pub use stats::{Money, StatsSnapshot};
 
 use crate::config::{EndpointKind, EndpointSpec};
 use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
+use crate::services::budget::{Budget, Hold};
+use crate::services::cache::{self, ResponseCache};
+use crate::services::cost::{self, CallCost};
 use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use breaker::{Breaker, Transition};
@@ -63,6 +66,28 @@ pub struct Attempt<'a> {
     pub latency: Duration,
     pub started_at_ms: i64,
     pub tokens: Option<(u64, u64)>,
+    /// What a successful attempt cost, by the endpoint's price.
+    pub cost: Option<CallCost>,
+}
+
+/// What every endpoint of a run shares besides the audit trail.
+pub struct RunControls {
+    pub stop: Arc<RunStop>,
+    pub budget: Arc<Budget>,
+    /// The response cache of each endpoint that has one.
+    pub caches: BTreeMap<String, Arc<ResponseCache>>,
+}
+
+impl RunControls {
+    /// No budget and no cache: for checking a pipeline.
+    pub fn unlimited() -> Self {
+        let stop = Arc::new(RunStop::new());
+        Self {
+            budget: Arc::new(Budget::new(None, 0.0, stop.clone())),
+            stop,
+            caches: BTreeMap::new(),
+        }
+    }
 }
 
 pub struct Executor {
@@ -75,14 +100,14 @@ impl Executor {
     pub fn new(
         specs: &BTreeMap<String, EndpointSpec>,
         audit: Option<Arc<AuditLog>>,
-        stop: Arc<RunStop>,
+        controls: &RunControls,
     ) -> Result<Self> {
         let endpoints = specs
             .iter()
             .map(|(name, spec)| {
                 Ok((
                     name.clone(),
-                    Arc::new(Endpoint::new(name, spec, audit.clone(), stop.clone())?),
+                    Arc::new(Endpoint::new(name, spec, audit.clone(), controls)?),
                 ))
             })
             .collect::<Result<_>>()?;
@@ -108,6 +133,8 @@ pub struct Endpoint {
     rates: RateLimits,
     stats: stats::Stats,
     health: Health,
+    budget: Arc<Budget>,
+    cache: Option<Arc<ResponseCache>>,
     audit: Option<Arc<AuditLog>>,
 }
 
@@ -122,7 +149,7 @@ impl Endpoint {
         name: &str,
         spec: &EndpointSpec,
         audit: Option<Arc<AuditLog>>,
-        stop: Arc<RunStop>,
+        controls: &RunControls,
     ) -> Result<Self> {
         let target = Target::new(name, spec)?;
         let client = reqwest::Client::builder()
@@ -152,8 +179,10 @@ impl Endpoint {
                 name,
                 spec.kind,
                 Duration::from_secs_f64(spec.abort_after_seconds),
-                stop,
+                Arc::clone(&controls.stop),
             ),
+            budget: Arc::clone(&controls.budget),
+            cache: controls.caches.get(name).cloned(),
             audit,
         })
     }
@@ -196,7 +225,61 @@ impl Endpoint {
             result = self.send_with_retries(body, row_deadline, on_attempt) => result,
         };
         self.health.judge(&result);
+        if let Ok(response) = &result {
+            self.keep_in_cache(body, response);
+        }
         result
+    }
+
+    /// How the cache tells this endpoint from others: its kind and URL.
+    fn identity(&self) -> String {
+        format!("{} {}", self.kind_name(), self.display_url())
+    }
+
+    /// The answer an identical request got before, from the cache; counted
+    /// with what it saved.
+    pub fn cached_answer(&self, body: &str) -> Option<Response> {
+        let cache = self.cache.as_ref()?;
+        let found = cache.get(&cache::key(&self.identity(), body));
+        let (answer, paid) = match found {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!(endpoint = %self.name, "the response cache cannot be read: {e:#}");
+                return None;
+            }
+        };
+        self.stats
+            .cache_hit(paid.unwrap_or(0.0), cost::is_sampled(body));
+        Some(Response {
+            status: 200,
+            body: answer,
+            attempts: 0,
+            latency: Duration::ZERO,
+        })
+    }
+
+    /// Only successful answers are kept.
+    fn keep_in_cache(&self, body: &str, response: &Response) {
+        let Some(cache) = &self.cache else { return };
+        if !(200..300).contains(&response.status) {
+            return;
+        }
+        let paid = self
+            .spec
+            .price
+            .as_ref()
+            .map(|p| cost::call_cost(p, body, &response.body).usd);
+        let identity = self.identity();
+        let kept = cache.put(
+            &cache::key(&identity, body),
+            &identity,
+            &response.body,
+            cost::is_sampled(body),
+            paid,
+        );
+        if let Err(e) = kept {
+            tracing::warn!(endpoint = %self.name, "the response cache cannot be written: {e:#}");
+        }
     }
 
     async fn send_with_retries(
@@ -217,7 +300,15 @@ impl Endpoint {
             let budget_end =
                 first.map(|f| f + Duration::from_secs_f64(self.spec.max_capacity_retry_seconds));
             let wait_deadline = earliest(row_deadline, budget_end);
-            let (ticket, permit) = match self.admit(tokens, wait_deadline, attempt > 0).await {
+            let expected = self
+                .spec
+                .price
+                .as_ref()
+                .map(|p| cost::estimate(p, body, self.stats.mean_cost()));
+            let admitted = self
+                .admit(tokens, expected, wait_deadline, attempt > 0)
+                .await;
+            let (ticket, permit, hold) = match admitted {
                 Some(admitted) => admitted,
                 None if self.health.stop().is_draining() => {
                     self.stats.finished(false);
@@ -316,6 +407,18 @@ impl Endpoint {
                 (Ok(answer), Verdict::Success) => self.usage(&answer.body),
                 _ => None,
             };
+            let cost = match (&result, verdict, &self.spec.price) {
+                (Ok(answer), Verdict::Success, Some(price)) => {
+                    Some(cost::call_cost(price, body, &answer.body))
+                }
+                _ => None,
+            };
+            if let Some(hold) = hold {
+                self.budget.settle(hold, cost.map_or(0.0, |c| c.usd));
+            }
+            if let Some(cost) = cost {
+                self.stats.cost(cost.usd, cost.estimated);
+            }
             if let Some((prompt, completion)) = tokens_used {
                 self.stats.tokens(prompt, completion);
             }
@@ -329,6 +432,7 @@ impl Endpoint {
                 latency,
                 started_at_ms,
                 tokens: tokens_used,
+                cost,
             });
 
             if let Some(wait) = wait {
@@ -357,12 +461,14 @@ impl Endpoint {
     }
 
     /// Waits for the breaker, the rate limits and a slot in the pool.
+    /// Also holds the request's `expected` cost against the run's budget.
     async fn admit(
         &self,
         tokens: u32,
+        expected: Option<f64>,
         deadline: Option<Instant>,
         retry: bool,
-    ) -> Option<(breaker::Ticket, limiter::Permit<'_>)> {
+    ) -> Option<(breaker::Ticket, limiter::Permit<'_>, Option<Hold>)> {
         let waited = Instant::now();
         if self.rates.is_limited() {
             let admitted = match deadline {
@@ -384,6 +490,10 @@ impl Endpoint {
         if self.health.stop().is_draining() {
             return None;
         }
+        let hold = match expected {
+            Some(expected) => Some(self.budget.hold(expected)?),
+            None => None,
+        };
         // The breaker is asked last, right before sending: a request that
         // waited for a slot while the endpoint went down must not go out
         // once the breaker has opened.
@@ -395,7 +505,15 @@ impl Endpoint {
             self.report(transition);
         }
         self.stats.throttled(waited.elapsed());
-        Some((ticket?, permit?))
+        match (ticket, permit) {
+            (Some(ticket), Some(permit)) => Some((ticket, permit, hold)),
+            _ => {
+                if let Some(hold) = hold {
+                    self.budget.settle(hold, 0.0);
+                }
+                None
+            }
+        }
     }
 
     fn request_timeout(&self) -> Duration {

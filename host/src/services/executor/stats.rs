@@ -22,6 +22,24 @@ pub struct Stats {
     in_flight: AtomicU64,
     peak_in_flight: AtomicU64,
     latencies_ms: Mutex<Vec<u32>>,
+    money: Mutex<Money>,
+}
+
+/// What the endpoint's calls cost, and what its cache saved.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Money {
+    /// USD, by the endpoint's `price`; 0 without one.
+    pub cost_usd: f64,
+    /// Calls with a cost.
+    pub costed_calls: u64,
+    /// Calls whose cost was estimated because the answer carried no usage.
+    pub cost_estimated_calls: u64,
+    pub cache_hits: u64,
+    /// Hits on requests with temperature above 0, which a fresh call could
+    /// have answered differently.
+    pub cache_sampled_hits: u64,
+    /// What the cached answers cost when they were paid for.
+    pub cache_saved_usd: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -47,6 +65,8 @@ pub struct StatsSnapshot {
     pub breaker: &'static str,
     pub latency_p50_ms: Option<u32>,
     pub latency_p99_ms: Option<u32>,
+    #[serde(flatten)]
+    pub money: Money,
 }
 
 impl Stats {
@@ -95,6 +115,26 @@ impl Stats {
         self.completion_tokens.fetch_add(completion, Relaxed);
     }
 
+    pub fn cost(&self, usd: f64, estimated: bool) {
+        let mut money = self.money.lock().expect("stats lock");
+        money.cost_usd += usd;
+        money.costed_calls += 1;
+        money.cost_estimated_calls += u64::from(estimated);
+    }
+
+    /// What a call has cost on average so far.
+    pub fn mean_cost(&self) -> Option<f64> {
+        let money = self.money.lock().expect("stats lock");
+        (money.costed_calls > 0).then(|| money.cost_usd / money.costed_calls as f64)
+    }
+
+    pub fn cache_hit(&self, saved_usd: f64, sampled: bool) {
+        let mut money = self.money.lock().expect("stats lock");
+        money.cache_hits += 1;
+        money.cache_sampled_hits += u64::from(sampled);
+        money.cache_saved_usd += saved_usd;
+    }
+
     pub fn snapshot(&self, limiter: LimiterSnapshot, breaker: BreakerState) -> StatsSnapshot {
         let mut latencies = self.latencies_ms.lock().expect("stats lock").clone();
         latencies.sort_unstable();
@@ -124,6 +164,7 @@ impl Stats {
             breaker: breaker.name(),
             latency_p50_ms: pick(0.5),
             latency_p99_ms: pick(0.99),
+            money: self.money.lock().expect("stats lock").clone(),
         }
     }
 }
