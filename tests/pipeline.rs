@@ -427,3 +427,102 @@ async fn validate_names_the_line_of_a_bad_option() {
             .contains("node    ask adds llm_response, llm_response_usage, llm_response_model")
     );
 }
+
+#[tokio::test]
+async fn an_anthropic_endpoint_gets_the_messages_api_and_its_answers_are_read() {
+    let server = TestLlmServer::start(Script {
+        require_key: Some(KEY.into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(6));
+    let p = ws.write(
+        "p.yaml",
+        "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    \
+         base_url: ${ANTHROPIC_BASE_URL}\n    api_key: ${ANTHROPIC_API_KEY}\n    \
+         price: {input_per_million: 1, output_per_million: 5}\ntransforms:\n  - name: ask\n    \
+         component: llm\n    endpoints: [claude]\n    options:\n      endpoint: claude\n      \
+         model: claude-haiku-4-5\n      system_prompt: Answer briefly.\n      \
+         template: \"Q{{ row.id }}: {{ row.text }}\"\nsinks:\n  - path: out.csv\n",
+    );
+    let out = weir(
+        &["run", p.to_str().unwrap()],
+        &[
+            ("ANTHROPIC_API_KEY", KEY),
+            ("ANTHROPIC_BASE_URL", &server.root_url()),
+        ],
+    )
+    .await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    let rows = read_csv(&ws.path("out.csv"));
+    for (i, row) in rows.iter().skip(1).enumerate() {
+        assert_eq!(row[2], echo_of(i), "{row:?}");
+    }
+    let served = server.served();
+    assert_eq!(served.len(), 6);
+    for s in &served {
+        assert_eq!(s.path, "/v1/messages");
+        assert_eq!(s.api_key_header.as_deref(), Some(KEY));
+        assert_eq!(s.authorization, None, "the key goes in x-api-key only");
+        assert_eq!(s.body["system"], "Answer briefly.");
+        assert!(s.body["max_tokens"].as_u64().is_some(), "{}", s.body);
+        let roles: Vec<&str> = s.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["user"]);
+    }
+    // input_tokens/output_tokens are read as the run's tokens and cost.
+    let words = |text: &str| text.split_whitespace().count() as u64;
+    let prompt: u64 = served
+        .iter()
+        .map(|s| words("Answer briefly.") + words(&s.user_message))
+        .sum();
+    let completion: u64 = (0..6).map(|i| words(&echo_of(i))).sum();
+    let tokens = format!("({prompt} prompt, {completion} completion)");
+    assert!(summary.contains(&tokens), "expected {tokens}: {summary}");
+    let cost = (prompt as f64 + completion as f64 * 5.0) / 1e6;
+    assert!(
+        summary.contains(&format!("cost     ${cost:.6}")),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn an_overloaded_anthropic_endpoint_is_retried_as_a_capacity_signal() {
+    let server = TestLlmServer::start(Script {
+        fail_every: Some((3, 529)),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(12));
+    let p = ws.write(
+        "p.yaml",
+        "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    \
+         base_url: ${ANTHROPIC_BASE_URL}\n    api_key: k\ntransforms:\n  - name: ask\n    \
+         component: llm\n    endpoints: [claude]\n    options:\n      endpoint: claude\n      \
+         model: claude-haiku-4-5\n      template: \"Q{{ row.id }}: {{ row.text }}\"\n\
+         sinks:\n  - path: out.csv\n",
+    );
+    let out = weir(
+        &["run", p.to_str().unwrap()],
+        &[("ANTHROPIC_BASE_URL", &server.root_url())],
+    )
+    .await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    let overloaded = server.served().iter().filter(|s| s.status == 529).count();
+    assert!(overloaded >= 4, "{overloaded}");
+    assert!(
+        summary.contains(&format!("retries {overloaded} capacity")),
+        "{summary}"
+    );
+    assert_eq!(read_csv(&ws.path("out.csv")).len(), 13);
+}

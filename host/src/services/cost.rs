@@ -33,6 +33,16 @@ fn tokens_in(text: &str) -> u64 {
 pub fn usage_of(answer: &Value) -> Option<Usage> {
     let usage = answer.get("usage")?;
     let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+    // Anthropic's own counts first: they tell cache reads apart.
+    if let Some(input) = count("input_tokens") {
+        let cache_read = count("cache_read_input_tokens").unwrap_or(0);
+        let cache_write = count("cache_creation_input_tokens").unwrap_or(0);
+        return Some(Usage {
+            prompt: input + cache_read + cache_write,
+            completion: count("output_tokens").unwrap_or(0),
+            cached_prompt: cache_read,
+        });
+    }
     if let Some(prompt) = count("prompt_tokens") {
         let cached = usage
             .pointer("/prompt_tokens_details/cached_tokens")
@@ -44,13 +54,7 @@ pub fn usage_of(answer: &Value) -> Option<Usage> {
             cached_prompt: cached.min(prompt),
         });
     }
-    let input = count("input_tokens")?;
-    let cache_read = count("cache_read_input_tokens").unwrap_or(0);
-    Some(Usage {
-        prompt: input + cache_read,
-        completion: count("output_tokens").unwrap_or(0),
-        cached_prompt: cache_read,
-    })
+    None
 }
 
 /// The rates (USD per million tokens) for a request's model.

@@ -3,6 +3,7 @@
 //! from the prompt so that a test can check every row got its own answer;
 //! latency, a concurrency capacity and injected errors are scripted.
 
+mod anthropic;
 pub mod structured;
 
 use axum::Router;
@@ -176,6 +177,7 @@ impl TestLlmServer {
                 "/openai/deployments/{deployment}/chat/completions",
                 post(chat),
             )
+            .route("/v1/messages", post(anthropic::messages))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -325,7 +327,24 @@ async fn chat(
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let response = answer(&shared, sequence, now, uri.path(), &headers, &body).await;
+    let response = answer(&shared, sequence, now, uri.path(), &headers, &body, None).await;
+    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    response
+}
+
+/// Answers a request given in the chat shape; `wire` is the body as it
+/// came, when it came in another shape, for the log.
+async fn answer_as_chat(
+    shared: &Arc<Shared>,
+    path: &str,
+    headers: &HeaderMap,
+    chat_body: &str,
+    wire: &Value,
+) -> Response {
+    let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
+    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+    let response = answer(shared, sequence, now, path, headers, chat_body, Some(wire)).await;
     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
 }
@@ -365,6 +384,7 @@ async fn answer(
     path: &str,
     headers: &HeaderMap,
     body: &str,
+    wire: Option<&Value>,
 ) -> Response {
     let since_start = shared.started.elapsed();
     let script = &shared.script;
@@ -381,6 +401,7 @@ async fn answer(
         .map(str::to_string);
     let api_key_header = headers
         .get("api-key")
+        .or_else(|| headers.get("x-api-key"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let log = |status: u16, fault: Option<Fault>| {
@@ -391,15 +412,15 @@ async fn answer(
             held: shared.started.elapsed() - since_start,
             status,
             user_message: user_message.clone(),
-            body: parsed.clone(),
+            body: wire.cloned().unwrap_or_else(|| parsed.clone()),
             authorization: authorization.clone(),
             api_key_header: api_key_header.clone(),
             path: path.to_string(),
         })
     };
 
-    let azure = path.starts_with("/openai/");
-    let key_ok = |key: &str| match azure {
+    let key_in_header = path.starts_with("/openai/") || path == "/v1/messages";
+    let key_ok = |key: &str| match key_in_header {
         true => api_key_header.as_deref() == Some(key),
         false => authorization.as_deref() == Some(&format!("Bearer {key}")),
     };

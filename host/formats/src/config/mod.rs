@@ -653,7 +653,7 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
         ));
     }
     match e.kind {
-        EndpointKind::Openai => {}
+        EndpointKind::Openai | EndpointKind::Anthropic => {}
         EndpointKind::AzureOpenai => {
             for (field, value) in [
                 ("base_url", &e.base_url),

@@ -95,6 +95,9 @@ pub enum EndpointKind {
     Openai,
     /// Azure OpenAI deployments (`api-key` header, deployment in the URL).
     AzureOpenai,
+    /// Anthropic's Messages API (`x-api-key`, `anthropic-version`); chat
+    /// requests are sent in its shape and its answers read in both.
+    Anthropic,
     /// A plain JSON-over-HTTP POST to `base_url` as given.
     Http,
 }
@@ -165,6 +168,7 @@ pub struct EndpointSpec {
 
 pub mod defaults {
     pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+    pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
     pub fn pool_size() -> usize {
         8

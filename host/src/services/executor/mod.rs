@@ -4,6 +4,7 @@
 //! capacity errors until a deadline, transient ones a bounded number of times,
 //! and never the ones retrying cannot fix.
 
+mod anthropic;
 mod breaker;
 mod health;
 mod limiter;
@@ -196,6 +197,7 @@ impl Endpoint {
             EndpointKind::Openai => "openai",
             EndpointKind::AzureOpenai => "azure-openai",
             EndpointKind::Http => "http",
+            EndpointKind::Anthropic => "anthropic",
         }
     }
 
@@ -562,12 +564,16 @@ impl Endpoint {
     }
 
     async fn attempt_once(&self, body: &str, timeout: Duration) -> Result<Answer, AttemptFailure> {
+        let body = match self.spec.kind {
+            EndpointKind::Anthropic => anthropic::request(body),
+            _ => body.to_string(),
+        };
         let response = self
             .client
             .post(self.target.url.clone())
             .headers(self.target.headers.clone())
             .timeout(timeout)
-            .body(body.to_string())
+            .body(body)
             .send()
             .await
             .map_err(|e| AttemptFailure::from_reqwest(&e, timeout))?;
@@ -578,6 +584,10 @@ impl Endpoint {
             failure.message = format!("the answer broke off: {}", failure.message);
             failure
         })?;
+        let body = match self.spec.kind {
+            EndpointKind::Anthropic if (200..300).contains(&status) => anthropic::answer(&body),
+            _ => body,
+        };
         Ok(Answer {
             status,
             headers,

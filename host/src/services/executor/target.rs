@@ -1,7 +1,7 @@
 //! Where an endpoint's requests go and which headers they carry. The kind of
 //! endpoint decides the URL shape and the auth header; guests never see either.
 
-use crate::config::model::defaults::OPENAI_BASE_URL;
+use crate::config::model::defaults::{ANTHROPIC_BASE_URL, OPENAI_BASE_URL};
 use crate::config::{EndpointKind, EndpointSpec};
 use anyhow::{Context, Result};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -13,13 +13,18 @@ pub struct Target {
 
 impl Target {
     pub fn new(name: &str, spec: &EndpointSpec) -> Result<Self> {
+        let default_base = match spec.kind {
+            EndpointKind::Anthropic => ANTHROPIC_BASE_URL,
+            _ => OPENAI_BASE_URL,
+        };
         let base = spec
             .base_url
             .as_deref()
-            .unwrap_or(OPENAI_BASE_URL)
+            .unwrap_or(default_base)
             .trim_end_matches('/');
         let url = match spec.kind {
             EndpointKind::Openai => format!("{base}/chat/completions"),
+            EndpointKind::Anthropic => format!("{base}/v1/messages"),
             EndpointKind::AzureOpenai => format!(
                 "{base}/openai/deployments/{}/chat/completions?api-version={}",
                 spec.deployment.as_deref().unwrap_or_default(),
@@ -34,6 +39,7 @@ impl Target {
         if let Some(key) = &spec.api_key {
             let (header, value) = match spec.kind {
                 EndpointKind::AzureOpenai => (HeaderName::from_static("api-key"), key.clone()),
+                EndpointKind::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
                 _ => (AUTHORIZATION, format!("Bearer {key}")),
             };
             let mut value = HeaderValue::from_str(&value).with_context(|| {
@@ -41,6 +47,12 @@ impl Target {
             })?;
             value.set_sensitive(true);
             headers.insert(header, value);
+        }
+        if spec.kind == EndpointKind::Anthropic {
+            headers.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(super::anthropic::API_VERSION),
+            );
         }
         for (key, value) in &spec.headers {
             let header = HeaderName::from_bytes(key.as_bytes()).with_context(|| {
@@ -88,6 +100,22 @@ mod tests {
     fn openai_defaults_to_the_public_api() {
         let t = Target::new("llm", &spec("api_key: k")).unwrap();
         assert_eq!(t.url.as_str(), "https://api.openai.com/v1/chat/completions");
+    }
+
+    #[test]
+    fn anthropic_url_key_and_version_headers() {
+        let t = Target::new(
+            "claude",
+            &spec(
+                "kind: anthropic
+api_key: k",
+            ),
+        )
+        .unwrap();
+        assert_eq!(t.url.as_str(), "https://api.anthropic.com/v1/messages");
+        assert_eq!(t.headers["x-api-key"], "k");
+        assert_eq!(t.headers["anthropic-version"], "2023-06-01");
+        assert!(!t.headers.contains_key(AUTHORIZATION));
     }
 
     #[test]

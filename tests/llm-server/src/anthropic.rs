@@ -1,0 +1,150 @@
+//! TEST TOOL — Anthropic's Messages API (`POST /v1/messages`) over the same
+//! scripted answers as the chat route: it checks what Anthropic checks
+//! (`anthropic-version`, `max_tokens`, no `system` role in `messages`), answers
+//! with content blocks, `stop_reason` and `usage.input_tokens/output_tokens`,
+//! cuts an answer at `max_tokens` words, and words its errors as Anthropic
+//! does (`{type: "error", error: {type, message}}`, 529 `overloaded_error`).
+
+use super::{Shared, answer_as_chat};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+pub(crate) async fn messages(
+    State(shared): State<Arc<Shared>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let wire: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    if let Some(refusal) = refuse(&headers, &wire) {
+        return refusal;
+    }
+    let chat = chat_shape(&wire);
+    let response = answer_as_chat(&shared, uri.path(), &headers, &chat.to_string(), &wire).await;
+    let status = response.status();
+    let retry_after = response.headers().get("retry-after").cloned();
+    let bytes = match axum::body::to_bytes(response.into_body(), 16 << 20).await {
+        Ok(bytes) => bytes,
+        // A scripted broken connection: break this one too.
+        Err(_) => return error(StatusCode::BAD_GATEWAY, "api_error", "connection broke"),
+    };
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let mut response = if status.is_success() {
+        match message(&answer, wire["max_tokens"].as_u64().unwrap_or(u64::MAX)) {
+            Some(message) => (
+                status,
+                [("content-type", "application/json")],
+                message.to_string(),
+            )
+                .into_response(),
+            // A scripted malformed body: pass it on as it is.
+            None => (status, bytes).into_response(),
+        }
+    } else {
+        let said = answer["error"]["message"].as_str().unwrap_or("error");
+        error(status, error_type(status), said)
+    };
+    if let Some(value) = retry_after {
+        response.headers_mut().insert("retry-after", value);
+    }
+    response
+}
+
+fn refuse(headers: &HeaderMap, wire: &Value) -> Option<Response> {
+    let bad = |message: &str| {
+        Some(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message,
+        ))
+    };
+    if !headers.contains_key("anthropic-version") {
+        return bad("anthropic-version: header is required");
+    }
+    if wire.is_null() {
+        return bad("There was an error parsing the body of your request");
+    }
+    if wire["max_tokens"].as_u64().is_none() {
+        return bad("max_tokens: Field required");
+    }
+    let messages = wire["messages"].as_array();
+    if messages.is_none_or(|m| m.iter().any(|m| m["role"] == "system")) {
+        return bad(
+            "messages: Unexpected role \"system\". The Messages API accepts a top-level `system` \
+             parameter, not \"system\" as an input message role.",
+        );
+    }
+    None
+}
+
+/// The request in the chat shape the scripted answers read.
+fn chat_shape(wire: &Value) -> Value {
+    let mut messages = Vec::new();
+    if !wire["system"].is_null() {
+        messages.push(json!({"role": "system", "content": text_of(&wire["system"])}));
+    }
+    for m in wire["messages"].as_array().into_iter().flatten() {
+        messages.push(json!({"role": m["role"], "content": text_of(&m["content"])}));
+    }
+    json!({"model": wire["model"], "messages": messages, "temperature": wire["temperature"]})
+}
+
+/// A Messages answer from the chat answer, cut at `max_tokens` words.
+fn message(chat: &Value, max_tokens: u64) -> Option<Value> {
+    let text = chat["choices"][0]["message"]["content"].as_str()?;
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let (text, stop_reason) = if words.len() as u64 > max_tokens {
+        (words[..max_tokens as usize].join(" "), "max_tokens")
+    } else {
+        (text.to_string(), "end_turn")
+    };
+    let output_tokens = text.split_whitespace().count();
+    Some(json!({
+        "id": chat["id"].as_str().unwrap_or("msg").replace("chatcmpl", "msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": chat["model"],
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason,
+        "stop_sequence": null,
+        "usage": {"input_tokens": chat["usage"]["prompt_tokens"], "output_tokens": output_tokens}
+    }))
+}
+
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+    let body = json!({"type": "error", "error": {"type": kind, "message": message}});
+    (
+        status,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
