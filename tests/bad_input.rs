@@ -350,3 +350,30 @@ async fn an_audit_database_given_over_the_source_is_refused() {
     );
     assert_eq!(ws.read("in.csv"), "id,text\n1,a\n");
 }
+
+#[tokio::test]
+async fn validate_needs_no_secrets_and_says_which_are_missing() {
+    let ws = Workspace::new();
+    ws.write("in.csv", "id,text\n1,a\n");
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS).replace(
+            "${OPENAI_BASE_URL}",
+            "${OPENAI_BASE_URL:-http://127.0.0.1:9/v1}",
+        ),
+    );
+    let out = weir(&["validate", p.to_str().unwrap()], &[]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        text.contains("note    OPENAI_API_KEY is not set; `weir run` will need it"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("OPENAI_BASE_URL"),
+        "a default stands in: {text}"
+    );
+    let run = weir(&["run", p.to_str().unwrap()], &[]).await;
+    assert_eq!(run.status.code(), Some(1));
+    assert!(stderr(&run).contains("environment variable OPENAI_API_KEY is not set"));
+}

@@ -377,9 +377,12 @@ async fn execute(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Validate { pipeline: path } => {
-            let pipeline = config::load(&path)?;
+            let (pipeline, unset) = config::load_without_secrets(&path)?;
             let nodes = engine::validate(&pipeline).await?;
             println!("{}: ok", path.display());
+            for name in unset {
+                println!("  note    {name} is not set; `weir run` will need it");
+            }
             println!("  source  {}", pipeline.source.path.display());
             for (name, fields) in nodes {
                 println!("  node    {name} adds {}", fields.join(", "));

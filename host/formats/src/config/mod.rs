@@ -223,6 +223,29 @@ pub fn load(path: &Path) -> Result<Pipeline> {
     load_text(path, &raw, |name| std::env::var(name).ok())
 }
 
+/// Like `load`, for checking a pipeline without running it: a variable that
+/// is not set stands as written (`${OPENAI_API_KEY}`) instead of stopping
+/// the check, and is returned, so no secret is needed to validate.
+pub fn load_without_secrets(path: &Path) -> Result<(Pipeline, Vec<String>)> {
+    let raw = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let unset = std::cell::RefCell::new(Vec::new());
+    let pipeline = load_text(path, &raw, |name| {
+        std::env::var(name).ok().or_else(|| {
+            // A reference with a default (`${VAR:-…}`) takes its default.
+            if raw.contains(&format!("${{{name}:-")) {
+                return None;
+            }
+            unset.borrow_mut().push(name.to_string());
+            Some(format!("${{{name}}}"))
+        })
+    })?;
+    let mut unset = unset.into_inner();
+    unset.sort();
+    unset.dedup();
+    Ok((pipeline, unset))
+}
+
 pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -> Result<Pipeline> {
     let text = interpolate::interpolate(raw, env)
         .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
