@@ -47,6 +47,11 @@ enum Command {
         no_progress: bool,
         #[command(flatten)]
         stopping: Stopping,
+        /// Run shard I of N (I from 0): a contiguous part of the source rows,
+        /// into part files and an audit database of its own; `weir merge`
+        /// joins the parts.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<config::Shard>,
     },
     /// Carry on run RUN where it stopped: finished rows are not processed
     /// again, recorded answers are not paid for again.
@@ -111,6 +116,14 @@ enum Command {
         output: Option<PathBuf>,
         #[command(flatten)]
         database: Database,
+    },
+    /// Join the parts of a sharded run: each sink in source order, and the
+    /// shards' audit databases as one run in the pipeline's audit database.
+    Merge {
+        pipeline: PathBuf,
+        /// How many shards the run was split into.
+        #[arg(long)]
+        shards: u32,
     },
     /// Look into or empty the response cache of a pipeline's endpoints.
     Cache {
@@ -293,17 +306,27 @@ async fn execute(command: Command) -> Result<ExitCode> {
             no_audit,
             no_progress,
             stopping,
+            shard,
         } => {
             let mut pipeline = config::load(&pipeline)?;
+            if let Some(shard) = shard {
+                pipeline = pipeline.into_shard(shard)?;
+            }
             if let Some(path) = audit {
                 pipeline.set_audit_path(path)?;
             }
-            let resume = resume.map(|choice| engine::Resume {
+            let mut resume = resume.map(|choice| engine::Resume {
                 run_id: match choice {
                     RunChoice::Latest => None,
                     RunChoice::Run(id) => Some(id),
                 },
             });
+            // A scheduler runs a shard's command again after a failure: a
+            // shard that never began has nothing to resume, so it starts.
+            if resume.is_some() && pipeline.shard.is_some() && !began(&pipeline)? {
+                eprintln!("weir: this shard has not begun yet; starting it");
+                resume = None;
+            }
             run(pipeline, resume, !no_audit, no_progress, stopping).await
         }
         Command::Resume {
@@ -408,6 +431,20 @@ async fn execute(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Cache { command } => cache(command),
+        Command::Merge { pipeline, shards } => {
+            let (pipeline, _) = config::load_without_secrets(&pipeline)?;
+            let merged = engine::merge(&pipeline, shards)?;
+            println!(
+                "merged {shards} shards: {} rows, run {} in {}",
+                merged.rows,
+                merged.run_id,
+                merged.audit.display()
+            );
+            for sink in merged.sinks {
+                println!("  output   {}", sink.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Purge { run, database } => {
             let path = database.path()?;
             let deleted = History::purge(&path, run)?;
@@ -418,6 +455,16 @@ async fn execute(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Whether a run of this pipeline (shard) began on any row in its audit
+/// database.
+fn began(pipeline: &config::Pipeline) -> Result<bool> {
+    if !pipeline.audit_path.exists() {
+        return Ok(false);
+    }
+    let history = History::open(&pipeline.audit_path)?;
+    Ok(history.runs()?.iter().any(|run| run.segments > 0))
 }
 
 async fn run(

@@ -22,10 +22,13 @@ pub fn runs(runs: &[RunInfo]) -> String {
             .iter()
             .map(|(o, n)| format!("{n} {}", o.replace('_', " ")))
             .collect();
-        let status = match run.segments {
+        let mut status = match run.segments {
             0 | 1 => run.state().to_string(),
             n => format!("{} ({n} segments)", run.state()),
         };
+        if let Some(shard) = &run.shard {
+            status.push_str(&format!(", {shard}"));
+        }
         let duration = run
             .finished_at_ms
             .map_or("-".to_string(), |f| seconds(f - run.started_at_ms));

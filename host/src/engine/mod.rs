@@ -3,6 +3,7 @@
 
 mod columns;
 mod drain;
+mod merge;
 mod ordered;
 mod progress;
 mod quarantine;
@@ -12,6 +13,7 @@ mod setup;
 mod source_check;
 mod stage;
 
+pub use merge::{Merged, merge};
 pub use report::{EndpointReport, RunReport};
 
 use crate::config::{Format, Pipeline};
@@ -88,6 +90,7 @@ fn open_audit(
                 source_path: pipeline.source.path.display().to_string(),
                 sinks: resume::sink_paths(pipeline),
                 weir_version: env!("CARGO_PKG_VERSION").to_string(),
+                shard: pipeline.shard.map(|s| s.to_string()),
             };
             let audit = AuditLog::create(path, run, pipeline.audit_payloads)?;
             Ok((Some(Arc::new(audit)), None))
@@ -108,6 +111,7 @@ fn open_audit(
 pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let started = Instant::now();
     source_check::refuse_unreadable_rows(&pipeline)?;
+    let rows = shard_rows(&pipeline)?;
     let (audit, mut point) = open_audit(&pipeline, &options)?;
     let stop = Arc::clone(&options.stop);
     let set_up = async {
@@ -186,6 +190,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let source_failure = Arc::new(Mutex::new(None));
     let rows = read_source(
         source,
+        rows,
         audit.clone(),
         check,
         Arc::clone(&source_failure),
@@ -282,9 +287,22 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     Ok(report)
 }
 
+/// The source rows this run takes: all, or its shard's part, counted by
+/// reading the source once.
+fn shard_rows(pipeline: &Pipeline) -> Result<std::ops::Range<u64>> {
+    let Some(shard) = pipeline.shard else {
+        return Ok(0..u64::MAX);
+    };
+    let total = io::scan_source(&pipeline.source)?.map_or(0, |scan| scan.rows);
+    Ok(shard.rows(total))
+}
+
 /// The command that carries a stopped run on, as the user can paste it.
 fn resume_command(pipeline: &Pipeline) -> String {
     let mut command = format!("weir run {} --resume", pipeline.file.path.display());
+    if let Some(shard) = pipeline.shard {
+        command.push_str(&format!(" --shard {shard}"));
+    }
     if pipeline.audit_path != pipeline.configured_audit_path {
         command.push_str(&format!(" --audit {}", pipeline.audit_path.display()));
     }
@@ -309,6 +327,7 @@ fn mark_failed_to_start(audit: Arc<AuditLog>, error: &anyhow::Error) {
 /// the run is told to stop.
 fn read_source(
     source: io::SourceReader,
+    range: std::ops::Range<u64>,
     audit: Option<Arc<AuditLog>>,
     check: Option<SourceCheck>,
     failure: Arc<Mutex<Option<anyhow::Error>>>,
@@ -319,7 +338,10 @@ fn read_source(
     tokio::task::spawn_blocking(move || {
         let hashed = audit.is_some() || check.is_some();
         for SourceRow { index, line, row } in source {
-            if stop.is_draining() {
+            if index < range.start {
+                continue;
+            }
+            if index >= range.end || stop.is_draining() {
                 break;
             }
             let content = match &row {

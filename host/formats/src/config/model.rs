@@ -164,6 +164,11 @@ pub struct EndpointSpec {
     /// Answer identical requests from a store instead of sending them again.
     #[serde(default)]
     pub cache: CacheSpec,
+    /// In a sharded run, each shard gets `requests_per_minute` and
+    /// `tokens_per_minute` divided by the shard count, unless this is true
+    /// (each shard has its own key, say).
+    #[serde(default)]
+    pub rate_limits_per_shard: bool,
 }
 
 pub mod defaults {

@@ -28,6 +28,8 @@ pub struct RunInfo {
     pub calls: u64,
     /// What its calls cost so far; None when no endpoint has a price.
     pub cost_usd: Option<f64>,
+    /// `I/N` for a shard's run, `merged N` for a merge of N shards.
+    pub shard: Option<String>,
 }
 
 impl RunInfo {
@@ -145,13 +147,13 @@ impl History {
         let found = self
             .conn
             .query_row(
-                "SELECT status, pipeline_path, started_at_ms, finished_at_ms FROM runs
+                "SELECT status, pipeline_path, started_at_ms, finished_at_ms, shard FROM runs
                  WHERE run_id = ?1",
                 [run_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()?;
-        let Some((status, pipeline_path, started_at_ms, finished_at_ms)) = found else {
+        let Some((status, pipeline_path, started_at_ms, finished_at_ms, shard)) = found else {
             bail!("there is no run {run_id} in {}", self.path.display());
         };
         let count =
@@ -175,6 +177,7 @@ impl History {
             rows: count("SELECT count(*) FROM rows WHERE run_id = ?1")?,
             outcomes,
             calls: count("SELECT count(*) FROM calls WHERE run_id = ?1")?,
+            shard,
             cost_usd: self.conn.query_row(
                 "SELECT sum(cost_usd) FROM calls WHERE run_id = ?1",
                 [run_id],

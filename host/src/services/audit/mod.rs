@@ -224,7 +224,8 @@ impl Drop for AuditLog {
     }
 }
 
-fn open_database(path: &Path) -> Result<Connection> {
+/// Opens (or creates) an audit database, brought to this schema.
+pub fn open_database(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the audit folder {}", dir.display()))?;
@@ -259,6 +260,7 @@ fn migrate(conn: &Connection, path: &Path) -> Result<()> {
              ALTER TABLE calls ADD COLUMN cost_estimated INTEGER;
              ALTER TABLE calls ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE runs ADD COLUMN cost_usd REAL;
+             ALTER TABLE runs ADD COLUMN shard TEXT;
              PRAGMA user_version = 4;
              COMMIT;",
         )
@@ -306,6 +308,7 @@ mod tests {
                 on_error: Vec::new(),
             },
             weir_version: "test".into(),
+            shard: None,
         }
     }
 

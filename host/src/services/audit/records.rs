@@ -20,6 +20,8 @@ pub struct NewRun {
     pub source_path: String,
     pub sinks: SinkPaths,
     pub weir_version: String,
+    /// `I/N` when the run is one shard of a sharded run.
+    pub shard: Option<String>,
 }
 
 /// The files a run writes, as `runs.sinks_json` keeps them.

@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS runs (
     rows_failed     INTEGER,
     outcomes_json   TEXT,               -- rows per terminal outcome
     summary_json    TEXT,               -- per-endpoint statistics (calls, retries, limit over time, …)
-    cost_usd        REAL                -- what the run's calls cost, all segments, by the endpoints' prices
+    cost_usd        REAL,               -- what the run's calls cost, all segments, by the endpoints' prices
+    shard           TEXT                -- `I/N` for one shard of a sharded run; `merged N` for their merge
 );
 
 -- One per process that worked on the run: the first `weir run`, then each

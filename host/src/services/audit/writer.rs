@@ -22,15 +22,16 @@ const LINGER: Duration = Duration::from_millis(50);
 pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     conn.execute(
         "INSERT INTO runs (pipeline_path, config_sha256, source_path, sinks_json, weir_version,
-                           started_at_ms, status)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running')",
+                           started_at_ms, status, shard)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
         params![
             run.pipeline_path,
             run.config_sha256,
             run.source_path,
             serde_json::to_string(&run.sinks)?,
             run.weir_version,
-            super::now_ms()
+            super::now_ms(),
+            run.shard
         ],
     )?;
     Ok(conn.last_insert_rowid())

@@ -17,11 +17,14 @@ impl Target {
             EndpointKind::Anthropic => ANTHROPIC_BASE_URL,
             _ => OPENAI_BASE_URL,
         };
-        let base = spec
-            .base_url
-            .as_deref()
-            .unwrap_or(default_base)
-            .trim_end_matches('/');
+        let base = match spec.base_url.as_deref() {
+            // A variable left unset by a check without secrets: nothing is
+            // sent then, and a name that cannot resolve stands in.
+            Some(unset) if unset.starts_with("${") => "http://unset-variable.invalid",
+            Some(base) => base,
+            None => default_base,
+        }
+        .trim_end_matches('/');
         let url = match spec.kind {
             EndpointKind::Openai => format!("{base}/chat/completions"),
             EndpointKind::Anthropic => format!("{base}/v1/messages"),

@@ -1,0 +1,182 @@
+//! Sharded runs: shards run at once against one capacity-capped endpoint
+//! (the test LLM server, a test tool), one is killed and resumed, and
+//! `weir merge` joins them into what a single run writes.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use weir_test_llm_server::{Script, TestLlmServer};
+
+const ROWS: usize = 400;
+
+fn sharded_pipeline(ws: &Workspace) -> std::path::PathBuf {
+    ws.write("in.csv", &numbered_rows(ROWS));
+    ws.write(
+        "p.yaml",
+        &format!(
+            "on_error:\n  path: out/failed.jsonl\n{}",
+            pipeline_with(
+                "in.csv",
+                "out/result.csv",
+                "pool_size: 16",
+                "",
+                ECHO_OPTIONS
+            )
+        ),
+    )
+}
+
+fn shard_command(p: &std::path::Path, base_url: &str, shard: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.args([
+        "run",
+        p.to_str().unwrap(),
+        "--no-progress",
+        "--shard",
+        shard,
+    ])
+    .env("OPENAI_API_KEY", KEY)
+    .env("OPENAI_BASE_URL", base_url)
+    .env(
+        "WEIR_CACHE_DIR",
+        std::env::temp_dir().join("weir-test-cache"),
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    cmd
+}
+
+#[tokio::test]
+async fn four_shards_with_one_killed_and_resumed_merge_into_what_one_run_writes() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        capacity: Some(8),
+        reject_marker: Some("row 13,".into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    let p = sharded_pipeline(&ws);
+    let mut children = Vec::new();
+    for i in 0..4 {
+        children.push(
+            shard_command(&p, &server.base_url(), &format!("{i}/4"))
+                .spawn()
+                .unwrap(),
+        );
+    }
+    // Kill shard 2 once the shards are under way.
+    while server.served().len() < 120 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    children[2].start_kill().unwrap();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().await.unwrap();
+        if i != 2 {
+            assert!(
+                matches!(out.status.code(), Some(0 | 2)),
+                "shard {i}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // A merge before shard 2 is done is refused, and writes nothing.
+    let refused = weir(&["merge", p.to_str().unwrap(), "--shards", "4"], &[]).await;
+    let message = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("shard 2/4 is not finished") || message.contains("shard 2/4 has not run"),
+        "{message}"
+    );
+    assert!(!ws.path("out/result.csv").exists());
+
+    let mut resume = shard_command(&p, &server.base_url(), "2/4");
+    resume.arg("--resume");
+    let out = resume.output().await.unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0 | 2)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let merged = weir(&["merge", p.to_str().unwrap(), "--shards", "4"], &[]).await;
+    assert_eq!(merged.status.code(), Some(0), "{}", stderr(&merged));
+    let merged_csv = std::fs::read(ws.path("out/result.csv")).unwrap();
+    let merged_failed = std::fs::read(ws.path("out/failed.jsonl")).unwrap();
+    // A kill -9 loses the answers that were on the wire and not yet
+    // recorded, at most a pool's worth; every other answer is paid once.
+    let ok = server.served().iter().filter(|s| s.status == 200).count();
+    assert!(
+        (ROWS - 1..=ROWS - 1 + 16).contains(&ok),
+        "{ok} answers for {} rows",
+        ROWS - 1
+    );
+
+    // One run over the same rows writes the same bytes.
+    let single = Workspace::new();
+    let p1 = sharded_pipeline(&single);
+    let out = run_with_key(&p1, &server.base_url()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(single.path("out/result.csv")).unwrap(),
+        merged_csv
+    );
+    assert_eq!(
+        std::fs::read(single.path("out/failed.jsonl")).unwrap(),
+        merged_failed
+    );
+
+    // The merged audit is one run that `runs` and `explain` read as any other.
+    let runs = weir(&["runs", "-p", p.to_str().unwrap()], &[]).await;
+    let listed = String::from_utf8_lossy(&runs.stdout);
+    assert!(listed.contains("merged 4"), "{listed}");
+    assert!(
+        listed.contains(&format!("{} completed, 1 quarantined", ROWS - 1)),
+        "{listed}"
+    );
+    for row in ["0", "250", "399"] {
+        let story = weir(&["explain", "1", row, "-p", p.to_str().unwrap()], &[]).await;
+        let text = String::from_utf8_lossy(&story.stdout);
+        assert!(text.contains("ended     completed"), "row {row}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn rate_limits_are_shared_among_shards_unless_set_per_shard() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(8));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with(
+            "in.csv",
+            "out.csv",
+            "requests_per_minute: 600",
+            "",
+            ECHO_OPTIONS,
+        ),
+    );
+    let out = weir(
+        &["run", p.to_str().unwrap(), "--shard", "0/4"],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let conn = rusqlite::Connection::open(ws.path("weir-audit.part-0-of-4.sqlite")).unwrap();
+    let settings: String = conn
+        .query_row("SELECT settings_json FROM endpoints", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        settings.contains("\"requests_per_minute\":150"),
+        "{settings}"
+    );
+    assert_eq!(
+        read_csv(&ws.path("out.part-0-of-4.csv")).len(),
+        3,
+        "rows 0 and 1"
+    );
+}
