@@ -1,0 +1,47 @@
+"""Runs a weir pipeline as N shards on a Ray cluster, then merges them.
+
+    python ray_shards.py pipeline.yaml --shards 4
+
+Each shard is a Ray task that runs `weir run PIPELINE --shard I/N --resume`
+on whichever node Ray picks; Ray retries a task whose node died, and
+`--resume` carries the shard on from its audit database. The nodes must share
+the pipeline's folder (a shared file system). `ray.init()` joins the cluster
+named by RAY_ADDRESS, or starts a local one.
+"""
+
+import argparse
+import subprocess
+import sys
+
+import ray
+
+
+@ray.remote(max_retries=3, num_cpus=1)
+def run_shard(pipeline: str, index: int, count: int) -> int:
+    done = subprocess.run(
+        ["weir", "run", pipeline, "--shard", f"{index}/{count}", "--resume", "--no-progress"],
+        capture_output=True,
+        text=True,
+    )
+    # 2: finished with rows set aside (on_error); anything else is a failure.
+    if done.returncode not in (0, 2):
+        raise RuntimeError(f"shard {index}/{count} failed:\n{done.stderr}")
+    return done.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pipeline")
+    parser.add_argument("--shards", type=int, required=True)
+    args = parser.parse_args()
+    ray.init()
+    codes = ray.get([run_shard.remote(args.pipeline, i, args.shards) for i in range(args.shards)])
+    print(f"shards finished: exit codes {codes}", flush=True)
+    merged = subprocess.run(["weir", "merge", args.pipeline, "--shards", str(args.shards)])
+    if merged.returncode != 0:
+        return merged.returncode
+    return 2 if 2 in codes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
