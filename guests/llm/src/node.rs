@@ -1,7 +1,7 @@
 //! A configured `llm` node: turns a batch of rows into one outcome per row.
 
 use crate::chat;
-use crate::options::{LlmOptions, Query};
+use crate::options::{LlmOptions, OnTruncated, Query};
 use crate::prompt::{Prompts, Rendered};
 use crate::{bundle, hashing, parse};
 use serde_json::{Map, Value};
@@ -270,6 +270,30 @@ impl LlmNode {
             .collect()
     }
 
+    /// A plain-text answer's row: trimmed unless `trim: false`; an answer
+    /// cut at `max_tokens` is kept and marked as such in the audit trail and
+    /// in `truncated_field`.
+    fn plain_row(&self, unit: &Unit, answer: Answer, host: &dyn Host) -> Row {
+        let field = &self.options.response_field;
+        let text = match self.options.trim {
+            true => answer.content.trim().to_string(),
+            false => answer.content,
+        };
+        if answer.truncated {
+            unit.rows
+                .iter()
+                .for_each(|row| host.attach(*row, &format!("{field}_truncated"), "true"));
+        }
+        let mut row = Row::new();
+        row.insert(field.clone(), Value::String(text));
+        row.insert(format!("{field}_usage"), answer.usage);
+        row.insert(format!("{field}_model"), answer.model);
+        if let Some(column) = &self.options.truncated_field {
+            row.insert(column.clone(), Value::Bool(answer.truncated));
+        }
+        row
+    }
+
     /// One result per row of the unit.
     fn file_answer(
         &self,
@@ -282,13 +306,12 @@ impl LlmNode {
             Ok(a) => a,
             Err(f) => return vec![Err(f); unit.rows.len()],
         };
+        let plain = compiled.query.outputs.is_none();
+        if answer.truncated && (!plain || self.options.on_truncated == OnTruncated::Fail) {
+            return vec![Err(weir_sdk::chat::truncated(&answer.content)); unit.rows.len()];
+        }
         let Some(outputs) = &compiled.query.outputs else {
-            let field = &self.options.response_field;
-            let mut row = Row::new();
-            row.insert(field.clone(), Value::String(answer.content));
-            row.insert(format!("{field}_usage"), answer.usage);
-            row.insert(format!("{field}_model"), answer.model);
-            return vec![Ok(row)];
+            return vec![Ok(self.plain_row(unit, answer, host))];
         };
         let keep_raw =
             |row: u32| host.attach(row, &self.key("raw_answer", compiled), &answer.content);
@@ -510,6 +533,47 @@ mod tests {
         assert!(sent[1].body.contains("Classify: hate it"));
         assert_eq!(sent[1].row, 1);
         assert_eq!(sent[0].endpoint, "llm");
+    }
+
+    fn cut(text: &str) -> Result<Response, CallError> {
+        let mut response = answer(text).unwrap();
+        response.body = response.body.replace("\"stop\"", "\"length\"");
+        Ok(response)
+    }
+
+    fn first_row(outcome: &Outcome) -> Value {
+        match outcome {
+            Outcome::Rows(r) => serde_json::from_str(&r[0]).unwrap(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cut_plain_answer_is_kept_trimmed_and_marked_and_a_cut_json_one_fails() {
+        let host = ScriptedHost::replying(vec![cut("  The review is positive and \n")]);
+        let options = r#"{"template": "{{ row.text }}", "truncated_field": "cut"}"#;
+        let out = LlmNode::configure(options)
+            .unwrap()
+            .process(&[r#"{"text":"a"}"#.to_string()], &host);
+        let row = first_row(&out[0]);
+        assert_eq!(row["llm_response"], "The review is positive and");
+        assert_eq!(row["cut"], true);
+        let marked = (0, "llm_response_truncated".to_string(), "true".to_string());
+        assert!(host.attached.borrow().contains(&marked));
+
+        let host = ScriptedHost::replying(vec![cut("kept raw ")]);
+        let options = r#"{"template": "{{ row.text }}", "trim": false, "on_truncated": "fail"}"#;
+        let out = LlmNode::configure(options)
+            .unwrap()
+            .process(&[r#"{"text":"a"}"#.to_string()], &host);
+        assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
+
+        let host = ScriptedHost::replying(vec![cut("{\"tone\": \"cal")]);
+        let options = r#"{"template": "{{ row.text }}", "outputs": {"tone": "string"}}"#;
+        let out = LlmNode::configure(options)
+            .unwrap()
+            .process(&[r#"{"text":"a"}"#.to_string()], &host);
+        assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
     }
 
     #[test]

@@ -56,6 +56,30 @@ pub struct LlmOptions {
     /// Which granted endpoint to call.
     #[serde(default = "default_endpoint")]
     pub endpoint: String,
+    /// What a plain-text answer cut at `max_tokens` becomes: kept (and
+    /// marked in the audit trail), or a `response_truncated` row error. A
+    /// cut JSON answer is always an error.
+    #[serde(default)]
+    pub on_truncated: OnTruncated,
+    /// A column that says whether the plain-text answer was cut at
+    /// `max_tokens`; none when absent.
+    #[serde(default)]
+    pub truncated_field: Option<String>,
+    /// Cut the whitespace around plain-text answers.
+    #[serde(default = "yes")]
+    pub trim: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTruncated {
+    #[default]
+    Keep,
+    Fail,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One query of a multi-query node, as written in the pipeline file.
@@ -217,7 +241,8 @@ impl LlmOptions {
         }
         let mut seen: Vec<(String, &str)> = Vec::new();
         for query in &queries {
-            for field in query_fields(query, &self.response_field) {
+            for field in query_fields(query, &self.response_field, self.truncated_field.as_deref())
+            {
                 if let Some((_, other)) = seen.iter().find(|(f, _)| *f == field) {
                     return Err(format!(
                         "options.queries: output field `{field}` comes from both `{other}` and `{}`",
@@ -294,20 +319,29 @@ impl LlmOptions {
         self.queries()
             .unwrap_or_default()
             .iter()
-            .flat_map(|q| query_fields(q, &self.response_field))
+            .flat_map(|q| query_fields(q, &self.response_field, self.truncated_field.as_deref()))
             .collect()
     }
 }
 
-/// A plain-text query writes its answer, usage and model; a JSON one its outputs.
-pub fn query_fields(query: &Query, response_field: &str) -> Vec<String> {
+/// A plain-text query writes its answer, usage and model (and whether it
+/// was cut, when asked); a JSON one its outputs.
+pub fn query_fields(
+    query: &Query,
+    response_field: &str,
+    truncated_field: Option<&str>,
+) -> Vec<String> {
     match &query.outputs {
         Some(outputs) => outputs.iter().map(|(f, _)| f.clone()).collect(),
-        None => vec![
-            response_field.to_string(),
-            format!("{response_field}_usage"),
-            format!("{response_field}_model"),
-        ],
+        None => [
+            Some(response_field.to_string()),
+            Some(format!("{response_field}_usage")),
+            Some(format!("{response_field}_model")),
+            truncated_field.map(str::to_string),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     }
 }
 

@@ -87,17 +87,39 @@ pub struct Answer {
     pub content: String,
     pub usage: Value,
     pub model: Value,
+    /// The answer reached `max_tokens` (`finish_reason: length`): what is
+    /// there is the start of what the model would have said.
+    pub truncated: bool,
 }
 
-/// The model's text from the final result of a chat request; see [`interpret`].
+/// The model's whole text from the final result of a chat request; an
+/// answer cut at `max_tokens` is `response_truncated`. See [`interpret`].
 pub fn answer(result: Result<Response, CallError>) -> Result<String, RowError> {
-    interpret(result).map(|a| a.content)
+    let answer = interpret(result)?;
+    if answer.truncated {
+        return Err(truncated(&answer.content));
+    }
+    Ok(answer.content)
+}
+
+/// The row error for an answer cut at `max_tokens`, where a cut answer is
+/// of no use (JSON, say).
+pub fn truncated(partial: &str) -> RowError {
+    RowError::new(
+        "response_truncated",
+        format!(
+            "the answer was cut off at max_tokens; raise max_tokens. Partial answer: {}",
+            excerpt(partial)
+        ),
+    )
 }
 
 /// The answer from the final result of a chat request. Failures get the
 /// codes weir's built-in `llm` transform uses: `llm_call_failed`,
 /// `retry_timeout`, `endpoint_denied`, `invalid_response`, `empty_response`,
-/// `response_truncated`, `content_filtered`, `context_length_exceeded`.
+/// `content_filtered`, `context_length_exceeded`. An answer cut at
+/// `max_tokens` is kept, marked `truncated`: whether the start of an answer
+/// is of use is the caller's to say ([`truncated`] gives the row error).
 pub fn interpret(result: Result<Response, CallError>) -> Result<Answer, RowError> {
     match result {
         Ok(response) if (200..300).contains(&response.status) => parse_answer(&response.body),
@@ -124,16 +146,10 @@ fn parse_answer(body: &str) -> Result<Answer, RowError> {
         .pointer("/message/content")
         .and_then(Value::as_str)
         .unwrap_or("");
-    match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("length") => {
-            return Err(RowError::new(
-                "response_truncated",
-                format!(
-                    "the answer was cut off at max_tokens; raise max_tokens. Partial answer: {}",
-                    excerpt(content)
-                ),
-            ));
-        }
+    let finish = choice.get("finish_reason").and_then(Value::as_str);
+    let truncated = finish == Some("length");
+    match finish {
+        Some("length") if content.trim().is_empty() => return Err(self::truncated(content)),
         Some("content_filter") => {
             return Err(RowError::new(
                 "content_filtered",
@@ -152,6 +168,7 @@ fn parse_answer(body: &str) -> Result<Answer, RowError> {
         content: content.to_string(),
         usage: value.get("usage").cloned().unwrap_or(Value::Null),
         model: value.get("model").cloned().unwrap_or(Value::Null),
+        truncated,
     })
 }
 
@@ -245,10 +262,18 @@ mod tests {
     }
 
     #[test]
-    fn truncated_filtered_and_empty_answers_are_row_errors() {
+    fn truncated_answers_are_marked_and_filtered_and_empty_ones_are_row_errors() {
         let truncated = r#"{"choices":[{"message":{"content":"posi"},"finish_reason":"length"}]}"#;
+        let cut = interpret(ok(200, truncated)).unwrap();
+        assert!(cut.truncated);
+        assert_eq!(cut.content, "posi");
         assert_eq!(
-            interpret(ok(200, truncated)).unwrap_err().code,
+            answer(ok(200, truncated)).unwrap_err().code,
+            "response_truncated"
+        );
+        let nothing = r#"{"choices":[{"message":{"content":""},"finish_reason":"length"}]}"#;
+        assert_eq!(
+            interpret(ok(200, nothing)).unwrap_err().code,
             "response_truncated"
         );
         let filtered =

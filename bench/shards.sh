@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Goodput of one run against N shards run at once, on one capacity-capped
+# endpoint (the test LLM server, a test tool: it answers 429 beyond its
+# capacity), neither told the cap. Prints rows/s of each and their ratio.
+#   bench/shards.sh [ROWS] [SHARDS] [CAPACITY] [LATENCY_MS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rows=${1:-4000}
+shards=${2:-4}
+capacity=${3:-32}
+latency=${4:-100}
+cargo build --release -q -p weir
+cargo build --release -q -p weir-test-llm-server
+weir=$PWD/target/release/weir
+work=$(mktemp -d)
+trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
+port=18300
+./target/release/weir-test-llm-server --port "$port" --latency-ms "$latency" --capacity "$capacity" &
+server=$!
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+python3 - "$work" "$rows" "$port" <<'PY'
+import sys
+work, rows, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with open(f"{work}/in.csv", "w") as f:
+    f.write("id,text\n")
+    for i in range(rows):
+        f.write(f"{i},review {i}: it was fine\n")
+for name in ("single", "sharded"):
+    with open(f"{work}/{name}.yaml", "w") as f:
+        f.write(f"""source:
+  path: in.csv
+endpoints:
+  llm:
+    base_url: http://127.0.0.1:{port}/v1
+    api_key: test
+    pool_size: 256
+transforms:
+  - name: ask
+    component: llm
+    endpoints: [llm]
+    options:
+      template: "{{{{ row.text }}}}"
+sinks:
+  - path: {name}/out.csv
+""")
+PY
+export OPENAI_API_KEY=test
+start=$(date +%s.%N)
+"$weir" run "$work/single.yaml" --no-progress 2>/dev/null
+single=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
+start=$(date +%s.%N)
+pids=()
+for ((i = 0; i < shards; i++)); do
+  "$weir" run "$work/sharded.yaml" --shard "$i/$shards" --no-progress 2>/dev/null &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+"$weir" merge "$work/sharded.yaml" --shards "$shards" >/dev/null
+sharded=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
+cmp "$work/single/out.csv" "$work/sharded/out.csv"
+ideal=$(python3 -c "print($rows * $latency / 1000 / $capacity)")
+python3 - "$rows" "$single" "$sharded" "$ideal" "$shards" <<'PY'
+import sys
+rows, single, sharded, ideal, shards = int(sys.argv[1]), *map(float, sys.argv[2:5]), sys.argv[5]
+print(f"capped server, {rows} rows, ideal {ideal:.1f} s")
+print(f"  one run      {single:6.1f} s  {rows / single:7.1f} rows/s  goodput {ideal / single:5.1%}")
+print(f"  {shards} shards     {sharded:6.1f} s  {rows / sharded:7.1f} rows/s  goodput {ideal / sharded:5.1%}  (merge included; outputs identical)")
+print(f"  shards / one run: {single / sharded:.2f}x throughput")
+PY
