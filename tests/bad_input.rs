@@ -377,3 +377,64 @@ async fn validate_needs_no_secrets_and_says_which_are_missing() {
     assert_eq!(run.status.code(), Some(1));
     assert!(stderr(&run).contains("environment variable OPENAI_API_KEY is not set"));
 }
+
+/// Numbers no duration or guest limit can sensibly be (more than a year,
+/// more than a 32-bit guest's 4 GiB), each refused at its line by `validate`
+/// and `run` alike, where some used to panic building a duration.
+#[tokio::test]
+async fn durations_and_sizes_beyond_sense_are_refused_at_their_line() {
+    let endpoint = |setting: &str| {
+        format!(
+            "source:\n  path: in.csv\n{ENDPOINT}    {setting}\n{GOOD_NODE}sinks:\n  - path: out.jsonl\n"
+        )
+    };
+    let node = |setting: &str| pipeline("in.csv", &format!("{GOOD_NODE}    {setting}\n"));
+    let cases = [
+        (
+            endpoint("request_timeout_seconds: 1e30"),
+            "p.yaml:7: endpoint `llm`: request_timeout_seconds must be a positive number of seconds, at most 31536000 (one year); got 1e30",
+        ),
+        (
+            endpoint("connect_timeout_seconds: 99999999999999999999"),
+            "p.yaml:7: endpoint `llm`: connect_timeout_seconds must be a positive number of seconds, at most 31536000 (one year); got 1e20",
+        ),
+        (
+            endpoint("max_capacity_retry_seconds: 1e30"),
+            "p.yaml:7: endpoint `llm`: max_capacity_retry_seconds must",
+        ),
+        (
+            endpoint("breaker_cooldown_seconds: 1e30"),
+            "p.yaml:7: endpoint `llm`: breaker_cooldown_seconds must",
+        ),
+        (
+            node("row_deadline_seconds: 1e30"),
+            "p.yaml:13: row_deadline_seconds must be a positive number of seconds, at most 31536000 (one year); got 1e30",
+        ),
+        (
+            node("batch:\n      count: 2\n      timeout_seconds: 1e30"),
+            "p.yaml:15: batch.timeout_seconds must",
+        ),
+        (
+            node("limits:\n      output_mb_per_row: 1e30"),
+            "p.yaml:14: limits.output_mb_per_row must be a positive number, at most 4096",
+        ),
+        (
+            node("limits:\n      memory_mb: 1000000"),
+            "p.yaml:14: limits.memory_mb must be from 1 to 4096",
+        ),
+    ];
+    for (yaml, expect) in cases {
+        let ws = Workspace::new();
+        ws.write("in.csv", "id,text\n1,a\n");
+        let p = ws.write("p.yaml", &yaml);
+        for command in [vec!["validate"], vec!["run", "--no-progress"]] {
+            let mut args = command.clone();
+            args.insert(1, p.to_str().unwrap());
+            let out = weir(&args, &[]).await;
+            let message = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{command:?}: {message}");
+            assert!(message.contains(expect), "{command:?}: {message}");
+            assert!(!message.contains("panicked"), "{message}");
+        }
+    }
+}

@@ -197,7 +197,7 @@ async fn the_circuit_breaker_opens_holds_rows_and_closes_when_the_server_is_back
 }
 
 #[tokio::test]
-async fn broken_answers_fail_only_their_rows_or_are_retried() {
+async fn broken_answers_are_retried_until_every_row_has_its_own() {
     let server = TestLlmServer::start(Script {
         fault_rate: 0.3,
         fault_kinds: vec![
@@ -219,29 +219,29 @@ async fn broken_answers_fail_only_their_rows_or_are_retried() {
     )
     .await;
     let served = server.served();
-    // A malformed 200 is an answer, not a failure to retry: its row fails.
+    // A malformed 200 is not the JSON a chat endpoint promises: it is
+    // retried like the other broken answers, and every row gets its answer.
     let malformed = served
         .iter()
         .filter(|s| s.fault == Some(Fault::MalformedJson))
         .count();
     assert!(malformed > 0, "the script injected malformed answers");
-    assert_eq!(code, Some(2), "{summary}");
-    assert!(
-        summary.contains(&format!("invalid_response: {malformed} rows")),
-        "{summary}"
-    );
-    assert_eq!(rows.len(), 200 - malformed);
-    for row in &rows {
-        let i: usize = row["id"].as_str().unwrap().parse().unwrap();
-        assert_eq!(row["llm_response"], echo_of(i));
-    }
-    // Every other fault was retried until it succeeded.
-    assert_eq!(ok_count(&server), 200 - malformed);
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 200);
+    assert_eq!(ok_count(&server), 200);
     let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
     let outcomes: i64 = db
         .query_row("SELECT count(*) FROM row_outcomes", [], |r| r.get(0))
         .unwrap();
     assert_eq!(outcomes, 200, "one outcome per row");
+    let retried_malformed: i64 = db
+        .query_row(
+            "SELECT count(*) FROM calls WHERE status = 200 AND retry_cause = 'transient'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(retried_malformed as usize, malformed);
 }
 
 #[tokio::test]
@@ -454,4 +454,265 @@ async fn a_server_that_never_comes_back_ends_the_run_with_every_row_failed() {
         .unwrap();
     assert_eq!((failed, status.as_str()), (12, "completed_with_failures"));
     eprintln!("{summary}");
+}
+
+/// The audit trail's attempts of one source row: (status, retry cause, error).
+fn attempts_of_row(ws: &Workspace, row: i64) -> Vec<(i64, String, String)> {
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT status, coalesce(retry_cause, '-'), coalesce(error, '-') FROM calls \
+             WHERE row_index = ?1 ORDER BY call_index",
+        )
+        .unwrap();
+    stmt.query_map([row], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_200_that_is_not_json_is_retried_until_a_real_answer_comes() {
+    // An HTML page from a proxy, JSON cut short, an empty body: each a 200.
+    let server = TestLlmServer::start(Script {
+        fault_kinds: vec![Fault::OkHtmlPage, Fault::OkCutShort, Fault::OkEmpty],
+        faults_first: 3,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        4,
+        "pool_size: 1\nadaptive_concurrency: false\nmax_retries: 3",
+        "concurrency: 1",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 4);
+    assert!(
+        summary
+            .contains("endpoint llm: 4 requests, 4 ok, 0 failed; retries 0 capacity, 3 transient"),
+        "{summary}"
+    );
+    let served = server.served();
+    assert_eq!(served.len(), 7);
+    assert!(
+        served[..4]
+            .iter()
+            .all(|s| s.user_message.starts_with("Q0:"))
+    );
+    let attempts = attempts_of_row(&ws, 0);
+    assert_eq!(attempts.len(), 4, "{attempts:?}");
+    for (status, cause, error) in &attempts[..3] {
+        assert_eq!((*status, cause.as_str()), (200, "transient"));
+        assert!(
+            error.starts_with("HTTP 200 with a body that is not JSON: "),
+            "{error}"
+        );
+    }
+    assert!(
+        attempts[0]
+            .2
+            .contains("`<html><head><title>Service Unavailable</title></head><body>\\n")
+    );
+    assert!(
+        attempts[2].2.ends_with("not JSON: an empty body"),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[3], (200, "-".into(), "-".into()));
+}
+
+#[tokio::test]
+async fn a_200_that_is_never_json_fails_its_row_as_invalid_response_and_no_other() {
+    let server = TestLlmServer::start(Script {
+        fault_kinds: vec![Fault::OkHtmlPage],
+        fault_rate: 1.0,
+        fault_marker: Some("Q2:".into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        5,
+        "pool_size: 2\nmax_retries: 2\nbreaker_failures: 100",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(
+        summary.contains(
+            "invalid_response: 1 rows; first: row 2 at node `ask`: the endpoint's answer is not \
+             JSON"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("<html><head><title>Service Unavailable</title></head><body>"),
+        "the row error quotes the body's start: {summary}"
+    );
+    assert!(
+        summary.contains("5 requests, 4 ok, 1 failed; retries 0 capacity, 2 transient"),
+        "{summary}"
+    );
+    assert_eq!(rows.len(), 4);
+    for row in &rows {
+        let i: usize = row["id"].as_str().unwrap().parse().unwrap();
+        assert_ne!(i, 2);
+        assert_eq!(row["llm_response"], echo_of(i));
+    }
+    let served = server.served();
+    let bad: Vec<_> = served.iter().filter(|s| s.fault.is_some()).collect();
+    assert_eq!(bad.len(), 3, "the first attempt and two retries");
+    assert!(bad.iter().all(|s| s.user_message.starts_with("Q2:")));
+    let attempts = attempts_of_row(&ws, 2);
+    assert_eq!(
+        attempts.iter().map(|a| a.1.as_str()).collect::<Vec<_>>(),
+        ["transient", "transient", "-"]
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_beyond_any_budget_fails_its_row_at_once() {
+    // `Retry-After: 1e30`: more seconds than a duration can hold.
+    let server = TestLlmServer::start(Script {
+        fail_every: Some((2, 429)),
+        retry_after_seconds: Some(1e30),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let (_ws, rows, code, summary) = run(
+        &server,
+        4,
+        "pool_size: 1\nadaptive_concurrency: false\nmax_capacity_retry_seconds: 30",
+        "concurrency: 1",
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(20), "{summary}");
+    assert!(!summary.contains("panicked"), "{summary}");
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(
+        summary.contains(
+            "retry_timeout: 2 rows; first: row 1 at node `ask`: endpoint `llm` was still over \
+             capacity (HTTP 429) after 1 attempts"
+        ),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("the endpoint asked to wait a year or more"),
+        "{summary}"
+    );
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["0", "2"]);
+}
+
+#[tokio::test]
+async fn a_key_the_endpoint_echoes_back_is_redacted_before_anyone_reads_it() {
+    // The endpoint quotes the request's headers in every answer: chat
+    // content, error messages (a 500 retried, a 400 that fails row 4) and a
+    // response header.
+    let server = TestLlmServer::start(Script {
+        require_key: Some(KEY.into()),
+        reflect_headers: true,
+        fail_every: Some((3, 500)),
+        reject_marker: Some("Q4:".into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(6));
+    let yaml = pipeline_with(
+        "in.csv",
+        "out.jsonl",
+        "pool_size: 2",
+        "on_error:\n  path: failed.jsonl",
+        ECHO_OPTIONS,
+    );
+    let pipeline = ws.write("p.yaml", &yaml);
+    let out = weir(
+        &["run", pipeline.to_str().unwrap()],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+            ("WEIR_LOG", "trace"),
+        ],
+    )
+    .await;
+    let summary = stderr(&out);
+    assert!(
+        summary.contains("6 read: 5 ok, 0 failed, 1 quarantined; 5 written"),
+        "{summary}"
+    );
+    let served = server.served();
+    assert!(served.iter().any(|s| s.status == 500));
+    assert!(
+        served
+            .iter()
+            .all(|s| s.authorization.as_deref() == Some(&format!("Bearer {KEY}"))),
+        "the key did reach the endpoint, which echoed it"
+    );
+    // What the guest got had the key taken out, and it says so.
+    let written = ws.read("out.jsonl");
+    assert_eq!(written.lines().count(), 5);
+    assert!(
+        written.contains("(you sent authorization: Bearer [redacted]; api-key: none)"),
+        "{written}"
+    );
+    let failed = ws.read("failed.jsonl");
+    assert!(
+        failed.contains("The prompt was refused (you sent authorization: Bearer [redacted]"),
+        "{failed}"
+    );
+
+    let db_path = ws.path("weir-audit.sqlite");
+    let mut explained = Vec::new();
+    for row in ["0", "2", "4"] {
+        let out = weir(
+            &[
+                "explain",
+                "1",
+                row,
+                "--full",
+                "--audit",
+                db_path.to_str().unwrap(),
+            ],
+            &[],
+        )
+        .await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        explained.extend(out.stdout);
+    }
+    assert!(contains(&explained, b"Bearer [redacted]"));
+    let db = std::fs::read(&db_path).unwrap();
+    let wal = std::fs::read(ws.path("weir-audit.sqlite-wal")).unwrap_or_default();
+    for (what, bytes) in [
+        ("audit database", db),
+        ("audit WAL", wal),
+        ("stderr at WEIR_LOG=trace", out.stderr.clone()),
+        ("stdout", out.stdout.clone()),
+        ("explain --full output", explained),
+        ("sink", written.into_bytes()),
+        ("on_error sink", failed.into_bytes()),
+    ] {
+        assert!(
+            !contains(&bytes, KEY.as_bytes()),
+            "the echoed key leaked into the {what}"
+        );
+    }
+    let db = Connection::open(&db_path).unwrap();
+    let redacted: i64 = db
+        .query_row(
+            "SELECT count(*) FROM payloads WHERE CAST(body AS TEXT) LIKE '%Bearer [redacted]%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        redacted >= 6,
+        "answers and error bodies were kept, redacted: {redacted}"
+    );
 }

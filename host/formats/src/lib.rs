@@ -4,10 +4,12 @@
 //! - [`io`]: CSV and JSON Lines row sources and sinks;
 //! - [`fixtures`]: the `weir test` fixtures file;
 //! - [`types`]: rows and row errors;
-//! - [`hashing`]: the hashes the audit trail records.
+//! - [`hashing`]: the hashes the audit trail records;
+//! - [`http_headers`]: the waits an endpoint's response headers ask for.
 
 pub mod config;
 pub mod fixtures;
 pub mod hashing;
+pub mod http_headers;
 pub mod io;
 pub mod types;

@@ -48,6 +48,13 @@ pub enum Fault {
     MalformedJson,
     /// A 502 with an HTML error page, as proxies send.
     HtmlPage,
+    /// A 200 with an HTML error page (`text/html`), as some proxies and
+    /// captive portals send.
+    OkHtmlPage,
+    /// A 200 whose JSON stops half-way, the connection closed cleanly.
+    OkCutShort,
+    /// A 200 with an empty body.
+    OkEmpty,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +77,15 @@ pub struct Script {
     /// hash of the request's sequence number, so runs repeat exactly.
     pub fault_rate: f64,
     pub fault_kinds: Vec<Fault>,
+    /// The first n requests get `fault_kinds` in turn, before `fault_rate`.
+    pub faults_first: u64,
+    /// When set, faults go only to requests whose prompt contains this text.
+    pub fault_marker: Option<String>,
+    /// Answers quote the request's `Authorization` and `api-key` headers, as
+    /// an endpoint or proxy that reflects requests does: the content of a
+    /// chat answer, the message of an error, and an `x-reflected-authorization`
+    /// header.
+    pub reflect_headers: bool,
     pub hang: Duration,
     /// Every n-th request (1-based count) is answered with this status instead.
     pub fail_every: Option<(u64, u16)>,
@@ -103,6 +119,9 @@ impl Default for Script {
             outage_after: None,
             fault_rate: 0.0,
             fault_kinds: Vec::new(),
+            faults_first: 0,
+            fault_marker: None,
+            reflect_headers: false,
             hang: Duration::from_secs(30),
             fail_every: None,
             retry_after_seconds: Some(0.0),
@@ -367,8 +386,20 @@ pub(crate) fn mix(sequence: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn fault_for(script: &Script, sequence: u64) -> Option<Fault> {
-    if script.fault_kinds.is_empty() || script.fault_rate <= 0.0 {
+fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault> {
+    let kinds = &script.fault_kinds;
+    if kinds.is_empty()
+        || script
+            .fault_marker
+            .as_ref()
+            .is_some_and(|marker| !user_message.contains(marker.as_str()))
+    {
+        return None;
+    }
+    if sequence <= script.faults_first {
+        return Some(kinds[((sequence - 1) % kinds.len() as u64) as usize]);
+    }
+    if script.fault_rate <= 0.0 {
         return None;
     }
     let h = mix(sequence);
@@ -404,6 +435,14 @@ async fn answer(
         .or_else(|| headers.get("x-api-key"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let reflected = match script.reflect_headers {
+        true => format!(
+            " (you sent authorization: {}; api-key: {})",
+            authorization.as_deref().unwrap_or("none"),
+            api_key_header.as_deref().unwrap_or("none")
+        ),
+        false => String::new(),
+    };
     let log = |status: u16, fault: Option<Fault>| {
         shared.log.lock().unwrap().push(Served {
             fault,
@@ -493,7 +532,7 @@ async fn answer(
         return error(
             status,
             "injected",
-            "Injected failure",
+            &format!("Injected failure{reflected}"),
             script.retry_after_seconds,
         );
     }
@@ -501,9 +540,14 @@ async fn answer(
         && user_message.contains(marker.as_str())
     {
         log(400, None);
-        return error(400, "invalid_request", "The prompt was refused", None);
+        return error(
+            400,
+            "invalid_request",
+            &format!("The prompt was refused{reflected}"),
+            None,
+        );
     }
-    if let Some(fault) = fault_for(script, sequence) {
+    if let Some(fault) = fault_for(script, sequence, &user_message) {
         return faulty(shared, fault, &|status| log(status, Some(fault))).await;
     }
     let latency = match &script.slow_marker {
@@ -516,7 +560,7 @@ async fn answer(
         Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),
         Reply::Label => label_answer(&parsed, &user_message),
         reply => expected_answer(reply, &user_message),
-    };
+    } + &reflected;
     // Words of every message stand in for tokens: enough to compare prompts.
     let prompt_tokens: usize = parsed["messages"]
         .as_array()
@@ -544,6 +588,12 @@ async fn answer(
     )
         .into_response();
     add_headers(&mut response, &rate_headers);
+    if let Some(authorization) = authorization.filter(|_| script.reflect_headers) {
+        add_headers(
+            &mut response,
+            &[("x-reflected-authorization", authorization)],
+        );
+    }
     response
 }
 
@@ -588,6 +638,21 @@ async fn faulty(shared: &Shared, fault: Fault, log: &impl Fn(u16)) -> Response {
             log(200);
             let body = "{\"choices\": [{\"message\": oops";
             (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+        }
+        Fault::OkHtmlPage => {
+            log(200);
+            let page = "<html><head><title>Service Unavailable</title></head><body>\n\
+                        <h1>The upstream is waking up</h1></body></html>";
+            (StatusCode::OK, [("content-type", "text/html")], page).into_response()
+        }
+        Fault::OkCutShort => {
+            log(200);
+            let body = "{\"id\": \"chatcmpl-cut\", \"choices\": [{\"message\": {\"con";
+            (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+        }
+        Fault::OkEmpty => {
+            log(200);
+            (StatusCode::OK, [("content-type", "application/json")], "").into_response()
         }
         Fault::HtmlPage => {
             log(502);

@@ -113,19 +113,35 @@ fn limits_of(spec: &model::LimitsSpec) -> GuestLimits {
 
 fn check_limits(file: &PipelineFile, key: &str, spec: &model::LimitsSpec) -> Result<GuestLimits> {
     let at = |field: &str, msg: &str| file.error_at(&["transforms", key, "limits", field], msg);
-    if spec.cpu_ms_per_call == 0 {
+    let max_cpu_ms = MAX_SECONDS as u64 * 1000;
+    if !(1..=max_cpu_ms).contains(&spec.cpu_ms_per_call) {
         return Err(at(
             "cpu_ms_per_call",
-            "limits.cpu_ms_per_call must be at least 1",
+            &format!(
+                "limits.cpu_ms_per_call must be from 1 to {max_cpu_ms} (one year); got {}",
+                spec.cpu_ms_per_call
+            ),
         ));
     }
-    if spec.memory_mb == 0 {
-        return Err(at("memory_mb", "limits.memory_mb must be at least 1"));
+    if !(1..=MAX_GUEST_MB).contains(&spec.memory_mb) {
+        return Err(at(
+            "memory_mb",
+            &format!(
+                "limits.memory_mb must be from 1 to {MAX_GUEST_MB} (a component's memory holds \
+                 at most 4 GiB); got {}",
+                spec.memory_mb
+            ),
+        ));
     }
-    if !(spec.output_mb_per_row.is_finite() && spec.output_mb_per_row > 0.0) {
+    let output_mb = spec.output_mb_per_row;
+    if !(output_mb > 0.0 && output_mb <= MAX_GUEST_MB as f64) {
         return Err(at(
             "output_mb_per_row",
-            "limits.output_mb_per_row must be a positive number",
+            &format!(
+                "limits.output_mb_per_row must be a positive number, at most {MAX_GUEST_MB} (a \
+                 component's memory holds at most 4 GiB); got {}",
+                as_written(output_mb)
+            ),
         ));
     }
     if spec.stop_after_traps == Some(0) {
@@ -477,11 +493,42 @@ fn on_error_of(
     }
 }
 
-/// An optional duration given in seconds; zero, negative or not finite is an error.
-fn positive_seconds(seconds: Option<f64>) -> Result<Option<std::time::Duration>, ()> {
+/// The longest duration a pipeline file may give: one year. No timeout,
+/// deadline or retry budget is sensibly longer, so a larger number is a typo
+/// or a unit mix-up (milliseconds written as seconds) — and `1e30` seconds
+/// is more than a duration can hold at all.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The most a guest limit in MB may be: a component's 32-bit linear memory
+/// holds at most 4 GiB, so neither its memory nor its output can be larger.
+pub const MAX_GUEST_MB: u64 = 4096;
+
+/// A duration in seconds, if it is one: more than zero, at most a year.
+fn seconds_in_range(seconds: f64) -> Option<std::time::Duration> {
+    (seconds > 0.0 && seconds <= MAX_SECONDS).then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
+/// What to say of a number of seconds that is not in range.
+fn seconds_rule(field: &str, got: f64) -> String {
+    format!(
+        "{field} must be a positive number of seconds, at most {MAX_SECONDS} (one year); got {}",
+        as_written(got)
+    )
+}
+
+/// A number as a user would write it: `1e30`, not thirty-one digits.
+fn as_written(number: f64) -> String {
+    if number.is_finite() && number.abs() >= 1e15 {
+        format!("{number:e}")
+    } else {
+        number.to_string()
+    }
+}
+
+/// An optional duration given in seconds; see [`seconds_in_range`].
+fn positive_seconds(seconds: Option<f64>) -> Result<Option<std::time::Duration>, f64> {
     match seconds {
-        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(std::time::Duration::from_secs_f64(s))),
-        Some(_) => Err(()),
+        Some(s) => seconds_in_range(s).map(Some).ok_or(s),
         None => Ok(None),
     }
 }
@@ -491,10 +538,10 @@ fn batch_of(file: &PipelineFile, key: &str, spec: &model::BatchSpec) -> Result<B
     if spec.count == 0 {
         return Err(at("count", "batch.count must be at least 1"));
     }
-    let timeout = positive_seconds(spec.timeout_seconds).map_err(|()| {
+    let timeout = positive_seconds(spec.timeout_seconds).map_err(|got| {
         at(
             "timeout_seconds",
-            "batch.timeout_seconds must be a positive number of seconds",
+            &seconds_rule("batch.timeout_seconds", got),
         )
     })?;
     Ok(Batch {
@@ -558,7 +605,7 @@ fn resolve_nodes(
         let mut pool_total = 0;
         for (_, endpoint) in &grants {
             match spec.endpoints.get(endpoint) {
-                Some(e) => pool_total += e.pool_size,
+                Some(e) => pool_total = e.pool_size.saturating_add(pool_total),
                 None => {
                     let declared: Vec<&str> = spec.endpoints.keys().map(String::as_str).collect();
                     return Err(at(
@@ -578,7 +625,9 @@ fn resolve_nodes(
         let concurrency = match t.concurrency {
             Some(0) => return Err(at("concurrency", "concurrency must be at least 1".into())),
             Some(c) => c,
-            None if pool_total > 0 => (pool_total * 2).max(pool_total + ROW_WINDOW),
+            None if pool_total > 0 => pool_total
+                .saturating_mul(2)
+                .max(pool_total.saturating_add(ROW_WINDOW)),
             None => std::thread::available_parallelism().map_or(2, |n| n.get()),
         };
         let reorder_window = match t.reorder_window {
@@ -591,10 +640,10 @@ fn resolve_nodes(
             Some(w) => w,
             None => DEFAULT_REORDER_WINDOW,
         };
-        let row_deadline = positive_seconds(t.row_deadline_seconds).map_err(|()| {
+        let row_deadline = positive_seconds(t.row_deadline_seconds).map_err(|got| {
             at(
                 "row_deadline_seconds",
-                "row_deadline_seconds must be a positive number of seconds".into(),
+                seconds_rule("row_deadline_seconds", got),
             )
         })?;
         let batch = t
@@ -662,10 +711,10 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
         ("breaker_cooldown_seconds", e.breaker_cooldown_seconds),
         ("abort_after_seconds", e.abort_after_seconds),
     ] {
-        if !(value.is_finite() && value > 0.0) {
+        if seconds_in_range(value).is_none() {
             return Err(at(
                 field,
-                format!("endpoint `{name}`: {field} must be a positive number of seconds"),
+                format!("endpoint `{name}`: {}", seconds_rule(field, value)),
             ));
         }
     }

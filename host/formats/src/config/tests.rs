@@ -173,3 +173,84 @@ fn the_audit_database_is_found_without_the_pipelines_secrets() {
     assert!(!full.audit_payloads);
     assert_eq!(audit_path_of(&path).unwrap(), full.audit_path);
 }
+
+#[test]
+fn durations_and_sizes_beyond_sense_are_refused_at_their_line() {
+    let endpoint =
+        |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));
+    let transform = |setting: &str| {
+        GOOD.replace(
+            "endpoints: [llm]",
+            &format!("endpoints: [llm]\n    {setting}"),
+        )
+    };
+    let cases = [
+        (
+            endpoint("request_timeout_seconds: 1e30"),
+            "7: endpoint `llm`: request_timeout_seconds must be a positive number of seconds, at most 31536000 (one year); got 1e30",
+        ),
+        (
+            endpoint("max_capacity_retry_seconds: 99999999999999999999"),
+            "7: endpoint `llm`: max_capacity_retry_seconds must",
+        ),
+        (
+            endpoint("connect_timeout_seconds: .inf"),
+            "7: endpoint `llm`: connect_timeout_seconds must",
+        ),
+        (
+            endpoint("breaker_cooldown_seconds: 31536001"),
+            "7: endpoint `llm`: breaker_cooldown_seconds must",
+        ),
+        (
+            endpoint("request_timeout_seconds: .nan"),
+            "7: endpoint `llm`: request_timeout_seconds must",
+        ),
+        (
+            transform("row_deadline_seconds: 1e30"),
+            "11: row_deadline_seconds must be a positive number of seconds, at most 31536000 (one year); got 1e30",
+        ),
+        (
+            transform("batch:\n      count: 2\n      timeout_seconds: 4e9"),
+            "13: batch.timeout_seconds must",
+        ),
+        (
+            transform("limits:\n      cpu_ms_per_call: 40000000000000"),
+            "12: limits.cpu_ms_per_call must be from 1 to 31536000000",
+        ),
+        (
+            transform("limits:\n      memory_mb: 4097"),
+            "12: limits.memory_mb must be from 1 to 4096",
+        ),
+        (
+            transform("limits:\n      output_mb_per_row: 1e30"),
+            "12: limits.output_mb_per_row must be a positive number, at most 4096 (a component's memory holds at most 4 GiB); got 1e30",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let err = load_with(&yaml, &[("KEY", "k")]).unwrap_err().to_string();
+        assert!(err.contains(&format!("pipeline.yaml:{expected}")), "{err}");
+    }
+}
+
+#[test]
+fn a_year_and_4096_mb_are_still_allowed() {
+    let yaml = GOOD
+        .replace(
+            "pool_size: 4",
+            "pool_size: 4\n    max_capacity_retry_seconds: 31536000",
+        )
+        .replace(
+            "endpoints: [llm]",
+            "endpoints: [llm]\n    limits:\n      memory_mb: 4096\n      output_mb_per_row: 4096",
+        );
+    let p = load_with(&yaml, &[("KEY", "k")]).unwrap();
+    assert_eq!(p.endpoints["llm"].max_capacity_retry_seconds, MAX_SECONDS);
+    assert_eq!(p.nodes[0].limits.memory_bytes, 4096 << 20);
+}
+
+#[test]
+fn huge_pool_sizes_do_not_overflow_the_default_concurrency() {
+    let yaml = GOOD.replace("pool_size: 4", &format!("pool_size: {}", usize::MAX));
+    let p = load_with(&yaml, &[("KEY", "k")]).unwrap();
+    assert_eq!(p.nodes[0].concurrency, usize::MAX);
+}

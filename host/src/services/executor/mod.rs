@@ -10,6 +10,7 @@ mod health;
 mod limiter;
 mod rate;
 mod retry;
+mod secrets;
 mod stats;
 mod target;
 
@@ -28,6 +29,7 @@ use health::Health;
 use limiter::{Limiter, Signal};
 use rate::RateLimits;
 use retry::Verdict;
+use secrets::Secrets;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -137,6 +139,8 @@ pub struct Endpoint {
     budget: Arc<Budget>,
     cache: Option<Arc<ResponseCache>>,
     audit: Option<Arc<AuditLog>>,
+    /// Taken out of every answer before anyone reads it.
+    secrets: Secrets,
 }
 
 /// Why a request stopped waiting or retrying.
@@ -185,6 +189,7 @@ impl Endpoint {
             budget: Arc::clone(&controls.budget),
             cache: controls.caches.get(name).cloned(),
             audit,
+            secrets: Secrets::of(spec),
         })
     }
 
@@ -299,8 +304,7 @@ impl Endpoint {
         let mut first: Option<Instant> = None;
         let (mut attempt, mut capacity_retries, mut transient_retries) = (0u32, 0u32, 0u32);
         loop {
-            let budget_end =
-                first.map(|f| f + Duration::from_secs_f64(self.spec.max_capacity_retry_seconds));
+            let budget_end = first.map(|f| f + self.retry_budget());
             let wait_deadline = earliest(row_deadline, budget_end);
             let expected = self
                 .spec
@@ -343,12 +347,17 @@ impl Endpoint {
                     .min(d.saturating_duration_since(started)),
                 None => self.request_timeout(),
             };
-            let result = self.attempt_once(body, timeout).await;
+            let result = self.without_secrets(self.attempt_once(body, timeout).await);
             let latency = started.elapsed();
             self.stats.attempt_ended(latency);
 
             let verdict = match &result {
-                Ok(answer) => retry::classify_status(answer.status, &answer.headers, &answer.body),
+                Ok(answer) => retry::classify_status(
+                    answer.status,
+                    &answer.headers,
+                    &answer.body,
+                    retry::promises_json(self.spec.kind, &answer.headers),
+                ),
                 Err(failure) if failure.timed_out => Verdict::Timeout,
                 Err(_) => Verdict::Transient,
             };
@@ -362,6 +371,7 @@ impl Endpoint {
             let failure = match (&result, verdict) {
                 (Err(f), _) => Some(f.message.clone()),
                 (Ok(a), Verdict::Transient) => Some(format!("HTTP {}", a.status)),
+                (Ok(a), Verdict::NotJson) => Some(not_json(a)),
                 _ => None,
             };
             if let Some(transition) = self.breaker.record(ticket, failure.as_deref()) {
@@ -373,6 +383,7 @@ impl Endpoint {
                 }
                 match rate::window(&answer.headers) {
                     Some(rate::Window::Spent(hold)) => {
+                        let hold = hold.min(self.retry_budget());
                         self.limiter.pause_until(Instant::now() + hold);
                         self.limiter.set_min_spacing(Some(hold));
                     }
@@ -382,14 +393,16 @@ impl Endpoint {
             }
 
             let elapsed = first_attempt.elapsed();
-            let budget = Duration::from_secs_f64(self.spec.max_capacity_retry_seconds);
+            let budget = self.retry_budget();
             let wait = match verdict {
                 Verdict::Capacity { retry_after } => {
                     let backoff =
                         retry::backoff(capacity_retries, CAPACITY_BACKOFF.0, CAPACITY_BACKOFF.1);
-                    Some(retry_after.map_or(backoff, |r| r.max(backoff)))
+                    // The server's word is capped at the budget: a wait
+                    // beyond it is not waited, and the request gives up.
+                    Some(retry_after.map_or(backoff, |r| r.min(budget).max(backoff)))
                 }
-                Verdict::Transient | Verdict::Timeout
+                Verdict::Transient | Verdict::Timeout | Verdict::NotJson
                     if transient_retries < self.spec.max_retries =>
                 {
                     Some(retry::backoff(
@@ -429,7 +442,11 @@ impl Endpoint {
                 attempt,
                 status: result.as_ref().ok().map(|a| a.status),
                 body: result.as_ref().ok().map(|a| a.body.as_str()),
-                error: result.as_ref().err().map(|f| f.message.clone()),
+                error: match (&result, verdict) {
+                    (Err(f), _) => Some(f.message.clone()),
+                    (Ok(a), Verdict::NotJson) => Some(not_json(a)),
+                    _ => None,
+                },
                 retry_cause,
                 latency,
                 started_at_ms,
@@ -457,7 +474,8 @@ impl Endpoint {
                 first_attempt.elapsed(),
                 row_deadline,
             );
-            self.stats.finished(outcome.is_ok());
+            self.stats
+                .finished(outcome.is_ok() && verdict == Verdict::Success);
             return outcome;
         }
     }
@@ -516,6 +534,12 @@ impl Endpoint {
                 None
             }
         }
+    }
+
+    /// How long capacity errors are retried (`max_capacity_retry_seconds`),
+    /// and the longest any wait the endpoint asks for is taken.
+    fn retry_budget(&self) -> Duration {
+        Duration::from_secs_f64(self.spec.max_capacity_retry_seconds)
     }
 
     fn request_timeout(&self) -> Duration {
@@ -595,6 +619,25 @@ impl Endpoint {
         })
     }
 
+    /// An attempt's answer, or what went wrong, with the endpoint's secrets
+    /// taken out: an endpoint or a proxy may echo them back.
+    fn without_secrets(
+        &self,
+        result: Result<Answer, AttemptFailure>,
+    ) -> Result<Answer, AttemptFailure> {
+        match result {
+            Ok(mut answer) => {
+                self.secrets.redact_headers(&mut answer.headers);
+                answer.body = self.secrets.redact(std::mem::take(&mut answer.body));
+                Ok(answer)
+            }
+            Err(mut failure) => {
+                failure.message = self.secrets.redact(std::mem::take(&mut failure.message));
+                Err(failure)
+            }
+        }
+    }
+
     fn conclude(
         &self,
         result: Result<Answer, AttemptFailure>,
@@ -615,10 +658,13 @@ impl Endpoint {
                     latency: elapsed,
                 };
                 match verdict {
-                    Verdict::Success => Ok(response),
-                    Verdict::Capacity { .. } => Err(CallError::DeadlineExceeded(format!(
+                    // An answer that is still not JSON after the retries is
+                    // handed on as it came: the guest reads it and fails the
+                    // row (`invalid_response` in the built-in `llm`).
+                    Verdict::Success | Verdict::NotJson => Ok(response),
+                    Verdict::Capacity { retry_after } => Err(CallError::DeadlineExceeded(format!(
                         "endpoint `{name}` was still over capacity (HTTP {status}) after {attempts} \
-                         attempts in {:.1} s; {}",
+                         attempts in {:.1} s; {}{}",
                         elapsed.as_secs_f64(),
                         if deadline_passed {
                             ROW_DEADLINE_PASSED.to_string()
@@ -627,7 +673,8 @@ impl Endpoint {
                                 "max_capacity_retry_seconds is {} s",
                                 self.spec.max_capacity_retry_seconds
                             )
-                        }
+                        },
+                        asked_to_wait(retry_after)
                     ))),
                     _ => Err(CallError::Status(response)),
                 }
@@ -697,6 +744,29 @@ impl AttemptFailure {
             timed_out: err.is_timeout(),
         }
     }
+}
+
+/// The wait a last capacity answer asked for, when it was one worth naming:
+/// the reason the request stopped rather than waiting.
+fn asked_to_wait(retry_after: Option<Duration>) -> String {
+    match retry_after {
+        Some(wait) if wait >= weir_formats::http_headers::MAX_WAIT => {
+            "; the endpoint asked to wait a year or more".to_string()
+        }
+        Some(wait) if wait >= Duration::from_secs(1) => {
+            format!("; the endpoint asked to wait {:.0} s", wait.as_secs_f64())
+        }
+        _ => String::new(),
+    }
+}
+
+/// What the audit trail and the breaker say of a 2xx that is not JSON.
+fn not_json(answer: &Answer) -> String {
+    format!(
+        "HTTP {} with a body that is not JSON: {}",
+        answer.status,
+        retry::body_start(&answer.body)
+    )
 }
 
 /// reqwest's Display hides the cause that tells users what to fix.

@@ -1,9 +1,11 @@
 //! What to do after an attempt: classify by HTTP status and the provider's
 //! error code (never by message text), and how long to wait before the next.
 
+use crate::config::EndpointKind;
 use rand::Rng;
-use reqwest::header::HeaderMap;
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use std::time::Duration;
+use weir_formats::http_headers;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Verdict {
@@ -14,6 +16,10 @@ pub enum Verdict {
     },
     /// Likely to pass (other 5xx, 408, broken connections): a few retries.
     Transient,
+    /// A 2xx whose body is not the JSON the endpoint promised (an HTML page
+    /// from a proxy, a cut-off or empty body): retried like a transient
+    /// failure; once the retries are spent, handed on as it came.
+    NotJson,
     /// No answer in time: retried like a transient failure, and taken as a
     /// sign of overload by the adaptive limit.
     Timeout,
@@ -25,14 +31,22 @@ impl Verdict {
     pub fn retry_cause(&self) -> Option<&'static str> {
         match self {
             Verdict::Capacity { .. } => Some("capacity"),
-            Verdict::Transient | Verdict::Timeout => Some("transient"),
+            Verdict::Transient | Verdict::Timeout | Verdict::NotJson => Some("transient"),
             _ => None,
         }
     }
 }
 
-pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> Verdict {
+/// `expects_json`: whether a 2xx must carry JSON to be an answer (see
+/// [`promises_json`]).
+pub fn classify_status(
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    expects_json: bool,
+) -> Verdict {
     match status {
+        200..=299 if expects_json && !is_json(body) => Verdict::NotJson,
         200..=299 => Verdict::Success,
         // A 429 that says the account is out of quota will not clear by waiting.
         429 if error_code(body).as_deref() == Some("insufficient_quota") => Verdict::Fatal,
@@ -42,6 +56,54 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> Verdict 
         408 | 500 | 502 | 504 => Verdict::Transient,
         _ => Verdict::Fatal,
     }
+}
+
+/// Whether an answer of this kind must be JSON: every provider API's is; a
+/// plain `http` endpoint's answer is left as it came unless its Content-Type
+/// says JSON.
+pub fn promises_json(kind: EndpointKind, headers: &HeaderMap) -> bool {
+    match kind {
+        EndpointKind::Http => headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(|media| media.trim().to_ascii_lowercase())
+            .is_some_and(|media| media == "application/json" || media.ends_with("+json")),
+        _ => true,
+    }
+}
+
+fn is_json(body: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok()
+}
+
+/// How many bytes of a body an error message quotes.
+const BODY_START_BYTES: usize = 200;
+
+/// The first 200 bytes of a body for an error message: cut at a character
+/// boundary, control characters escaped so a quoted body cannot break a
+/// log line or drive a terminal.
+pub fn body_start(body: &str) -> String {
+    if body.is_empty() {
+        return "an empty body".to_string();
+    }
+    let mut cut = body.len().min(BODY_START_BYTES);
+    while !body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut quoted = String::from("`");
+    for c in body[..cut].chars() {
+        if c.is_control() {
+            quoted.extend(c.escape_default());
+        } else {
+            quoted.push(c);
+        }
+    }
+    quoted.push('`');
+    if cut < body.len() {
+        quoted.push('…');
+    }
+    quoted
 }
 
 fn error_code(body: &str) -> Option<String> {
@@ -54,29 +116,15 @@ fn error_code(body: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// `retry-after-ms` (OpenAI, Azure) is finer than `Retry-After` (seconds or an HTTP date).
+/// The wait the answer's headers ask for (`retry-after-ms`, `Retry-After`),
+/// at most `weir_formats::http_headers::MAX_WAIT`.
 pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
-    {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
-    }
-    let value = text("retry-after")?;
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
-    }
-    let when = httpdate::parse_http_date(value).ok()?;
-    Some(
-        when.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    http_headers::retry_after(header_text(headers), std::time::SystemTime::now())
+}
+
+/// A header's text by name, for the pure parsers of `http_headers`.
+pub fn header_text<'h>(headers: &'h HeaderMap) -> impl Fn(&str) -> Option<&'h str> {
+    move |name| headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Exponential backoff with full jitter, so retries of many rows spread out
@@ -103,51 +151,82 @@ mod tests {
     #[test]
     fn statuses_are_classified() {
         let none = HeaderMap::new();
-        assert_eq!(classify_status(200, &none, ""), Verdict::Success);
+        assert_eq!(classify_status(200, &none, "{}", true), Verdict::Success);
         for s in [429, 503, 529] {
             assert_eq!(
-                classify_status(s, &none, ""),
+                classify_status(s, &none, "", true),
                 Verdict::Capacity { retry_after: None }
             );
         }
         for s in [500, 502, 504, 408] {
-            assert_eq!(classify_status(s, &none, ""), Verdict::Transient);
+            assert_eq!(classify_status(s, &none, "", true), Verdict::Transient);
         }
         for s in [400, 401, 403, 404, 413, 422] {
-            assert_eq!(classify_status(s, &none, ""), Verdict::Fatal);
+            assert_eq!(classify_status(s, &none, "", true), Verdict::Fatal);
         }
+    }
+
+    #[test]
+    fn a_2xx_that_is_not_the_promised_json_is_retried() {
+        let none = HeaderMap::new();
+        for body in [
+            "",
+            "<html><body>502 Bad Gateway</body></html>",
+            "{\"choices\": [{\"mess",
+        ] {
+            assert_eq!(classify_status(200, &none, body, true), Verdict::NotJson);
+            assert_eq!(classify_status(200, &none, body, false), Verdict::Success);
+        }
+        assert_eq!(Verdict::NotJson.retry_cause(), Some("transient"));
+    }
+
+    #[test]
+    fn only_json_kinds_and_json_content_types_promise_json() {
+        let json = headers(&[("content-type", "Application/JSON; charset=utf-8")]);
+        let problem = headers(&[("content-type", "application/problem+json")]);
+        let html = headers(&[("content-type", "text/html")]);
+        assert!(promises_json(EndpointKind::Openai, &html));
+        assert!(promises_json(EndpointKind::AzureOpenai, &HeaderMap::new()));
+        assert!(promises_json(EndpointKind::Http, &json));
+        assert!(promises_json(EndpointKind::Http, &problem));
+        assert!(!promises_json(EndpointKind::Http, &html));
+        assert!(!promises_json(EndpointKind::Http, &HeaderMap::new()));
+    }
+
+    #[test]
+    fn a_quoted_body_is_cut_at_a_character_and_escaped() {
+        assert_eq!(body_start(""), "an empty body");
+        assert_eq!(body_start("<p>\x1b[31mred\n"), "`<p>\\u{1b}[31mred\\n`");
+        let long = "é".repeat(150);
+        let quoted = body_start(&long);
+        assert_eq!(quoted, format!("`{}`…", "é".repeat(100)));
+        let odd = format!("a{long}");
+        assert_eq!(body_start(&odd), format!("`a{}`…", "é".repeat(99)));
     }
 
     #[test]
     fn quota_exhaustion_is_not_retried() {
         let body = r#"{"error":{"message":"You exceeded your current quota","code":"insufficient_quota"}}"#;
         assert_eq!(
-            classify_status(429, &HeaderMap::new(), body),
+            classify_status(429, &HeaderMap::new(), body, true),
             Verdict::Fatal
         );
         let body = r#"{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}"#;
         assert!(matches!(
-            classify_status(429, &HeaderMap::new(), body),
+            classify_status(429, &HeaderMap::new(), body, true),
             Verdict::Capacity { .. }
         ));
     }
 
     #[test]
-    fn retry_after_forms() {
-        assert_eq!(
-            retry_after(&headers(&[("retry-after", "2")])),
-            Some(Duration::from_secs(2))
-        );
+    fn retry_after_reads_the_answers_headers() {
         assert_eq!(
             retry_after(&headers(&[("retry-after", "2"), ("retry-after-ms", "150")])),
             Some(Duration::from_millis(150))
         );
         assert_eq!(
-            retry_after(&headers(&[(
-                "retry-after",
-                "Wed, 21 Oct 2015 07:28:00 GMT"
-            )])),
-            Some(Duration::ZERO)
+            retry_after(&headers(&[("retry-after", "1e30")])),
+            Some(http_headers::MAX_WAIT)
         );
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
     }
