@@ -81,7 +81,7 @@ def install_fake_bindings(monkeypatch, sent):
 
     module("componentize_py_types", Err=Err, Ok=Ok)
     module("wit_world")
-    module("wit_world.exports")
+    module("wit_world.exports", Transform=type("Transform", (), {}))
     module("wit_world.exports.transform", NodeInfo=NodeInfo, Outcome_Rows=Outcome_Rows, Outcome_Failed=Outcome_Failed)
     imports = module("wit_world.imports")
     imports.executor = module(

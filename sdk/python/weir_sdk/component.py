@@ -15,12 +15,14 @@ from .transform import configure_node, process_rows
 
 try:
     from componentize_py_types import Err
+    from wit_world.exports import Transform as ExportBase
     from wit_world.exports.transform import NodeInfo, Outcome_Failed, Outcome_Rows
     from wit_world.imports import audit, context, executor, log
     from wit_world.imports import types as wit_types
 
     IN_COMPONENT = True
 except ImportError:
+    ExportBase = object
     IN_COMPONENT = False
 
 
@@ -70,7 +72,7 @@ def export(transform_class):
     # lives here, once per component instance.
     state = {}
 
-    class Export:
+    class Export(ExportBase):
         def configure(self, options):
             host = WitHost()
             try:
