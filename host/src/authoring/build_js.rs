@@ -87,7 +87,7 @@ pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
 /// contract's own (`weir:…`): ComponentizeJS would not bring it along.
 fn foreign_import(text: &str) -> Option<&str> {
     let mut rest = text;
-    while let Some(at) = rest.find(|c| c == '\'' || c == '"') {
+    while let Some(at) = rest.find(['\'', '"']) {
         let before = rest[..at].trim_end();
         let quote = rest[at..].chars().next()?;
         let after = &rest[at + 1..];

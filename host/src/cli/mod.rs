@@ -275,10 +275,11 @@ async fn execute(command: Command) -> Result<ExitCode> {
                 "next: read {}/README.md, or install, test and build it:",
                 dir.display()
             );
+            println!("  cd {}", dir.display());
             if let Some(setup) = lang.setup_and_native_tests() {
-                println!("  cd {} && {setup}", dir.display());
+                println!("  {setup}");
             }
-            println!("  weir guest build {0} && weir test {0}", dir.display());
+            println!("  weir guest build . && weir test .");
             Ok(ExitCode::SUCCESS)
         }
         Command::Guest {
