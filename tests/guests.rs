@@ -372,3 +372,84 @@ async fn a_new_guest_is_the_example_under_its_own_name() {
         stderr(&out)
     );
 }
+
+/// The SDK folder of this checkout, as `weir guest new` names it.
+fn checkout_sdk(language: &str) -> String {
+    std::fs::canonicalize(format!("{}/../sdk/{language}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_new_python_or_js_guest_uses_the_sdk_of_this_checkout_and_brings_native_tests() {
+    let ws = Workspace::new();
+    for lang in ["python", "js"] {
+        let dir = ws.path(&format!("my-{lang}"));
+        let out = weir(
+            &["guest", "new", "--lang", lang, dir.to_str().unwrap()],
+            &[],
+        )
+        .await;
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+
+    // Python: the SDK by absolute path, so the folder works wherever it is.
+    let requirements = ws.read("my-python/requirements.txt");
+    let python_sdk = checkout_sdk("python");
+    assert!(
+        requirements.lines().any(|l| l.trim() == python_sdk),
+        "{requirements}"
+    );
+    assert!(
+        std::path::Path::new(&python_sdk)
+            .join("pyproject.toml")
+            .is_file()
+    );
+    assert!(ws.read("my-python/app.py").contains("weir_sdk.export("));
+    let tests = ws.read("my-python/test_app.py");
+    assert!(
+        tests.contains("from weir_sdk.testing import MockHost"),
+        "{tests}"
+    );
+
+    // JavaScript: the same, as a file: dependency.
+    let manifest: serde_json::Value = serde_json::from_str(&ws.read("my-js/package.json")).unwrap();
+    let js_sdk = checkout_sdk("js");
+    assert_eq!(
+        manifest["dependencies"]["weir-sdk"],
+        format!("file:{js_sdk}"),
+        "{manifest}"
+    );
+    assert!(
+        manifest["devDependencies"]["rolldown"].is_string(),
+        "{manifest}"
+    );
+    assert!(ws.read("my-js/transform.js").contains("from 'weir-sdk'"));
+
+    // The new guest's own tests pass as made, run by Node's test runner
+    // against the checkout's SDK (linked as `npm install` links a file:
+    // dependency; the build tools it would also fetch are not needed here).
+    if std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("node is not installed: the JavaScript guest's tests were not run");
+        return;
+    }
+    let modules = ws.path("my-js/node_modules");
+    std::fs::create_dir_all(&modules).unwrap();
+    std::os::unix::fs::symlink(&js_sdk, modules.join("weir-sdk")).unwrap();
+    let out = std::process::Command::new("node")
+        .arg("--test")
+        .current_dir(ws.path("my-js"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}{}", stderr(&out));
+    assert!(
+        report.contains("# pass 5") && report.contains("# fail 0"),
+        "{report}"
+    );
+}

@@ -9,145 +9,48 @@
 //   endpoint  which granted endpoint to ask; by default the only one
 //
 // Row errors: missing_field, unknown_label (the model answered something
-// else), llm_call_failed, retry_timeout, endpoint_denied, invalid_response.
+// else), and the chat codes of weir-sdk (llm_call_failed, retry_timeout,
+// endpoint_denied, invalid_response, ...).
 
-import { send } from 'weir:transform/executor@0.2.0';
-import { nodeName, endpoints } from 'weir:transform/context@0.2.0';
+import { Chat, ConfigureError, RowError, Transform, exportTransform } from 'weir-sdk';
 
-const KNOWN = new Set(['labels', 'field', 'output', 'model', 'endpoint']);
+export class Topic extends Transform {
+  constructor(options, node) {
+    super(options, node);
+    options.refuseUnknown('labels', 'field', 'output', 'model', 'endpoint');
+    this.labels = options.textList('labels');
+    if (this.labels.length === 0) throw new ConfigureError('options.labels: give at least one label');
+    this.field = options.text('field', 'text');
+    this.output = options.text('output', 'topic');
+    this.model = options.text('model', undefined);
+    this.endpoint = node.endpoint(options.text('endpoint', undefined));
+    this.systemPrompt = `Classify the text into exactly one of these labels: ${this.labels.join(', ')}. Answer with the label only.`;
+  }
 
-class RowFailure extends Error {
-  constructor(code, message) {
-    super(message);
-    this.code = code;
+  outputFields() {
+    return [this.output];
+  }
+
+  processRow(row, cx) {
+    const text = row.strField(this.field);
+    const chat = new Chat(this.model).temperature(0).system(this.systemPrompt).user(text);
+    return row.set(this.output, this.label(cx.chat(this.endpoint, chat)));
+  }
+
+  /** The configured label the answer names, ignoring case, surrounding space
+   * and a final full stop. */
+  label(answer) {
+    const said = answer.trim().replace(/\.+$/, '').trim().toLowerCase();
+    const label = this.labels.find((l) => l.toLowerCase() === said);
+    if (label === undefined) {
+      throw new RowError(
+        'unknown_label',
+        `the model answered \`${answer.trim()}\`, which is not one of: ${this.labels.join(', ')}`,
+      );
+    }
+    return label;
   }
 }
 
-let topic = null;
-
-function setUp(options, node, granted) {
-  const unknown = Object.keys(options).filter((k) => !KNOWN.has(k)).sort();
-  if (unknown.length > 0) throw `options: unknown field \`${unknown[0]}\``;
-  const labels = options.labels;
-  if (!Array.isArray(labels) || !labels.every((l) => typeof l === 'string')) {
-    throw 'options.labels: give the labels as a list of text';
-  }
-  if (labels.length === 0) throw 'options.labels: give at least one label';
-  return {
-    labels,
-    field: options.field ?? 'text',
-    output: options.output ?? 'topic',
-    model: options.model,
-    endpoint: pickEndpoint(options.endpoint, node, granted),
-    systemPrompt: `Classify the text into exactly one of these labels: ${labels.join(', ')}. Answer with the label only.`,
-  };
-}
-
-function pickEndpoint(chosen, node, granted) {
-  if (chosen !== undefined) {
-    if (granted.includes(chosen)) return chosen;
-    throw `options.endpoint: \`${chosen}\` is not granted to node \`${node}\``;
-  }
-  if (granted.length === 1) return granted[0];
-  throw `options.endpoint: node \`${node}\` is granted ${granted.length} endpoints; name the one to use`;
-}
-
-function textOf(row, field) {
-  const value = row[field];
-  if (value === undefined || value === null) {
-    throw new RowFailure('missing_field', `the row has no field \`${field}\``);
-  }
-  if (typeof value !== 'string') throw new RowFailure('missing_field', `field \`${field}\` is not text`);
-  return value;
-}
-
-function requestBody(text) {
-  const body = {};
-  if (topic.model !== undefined) body.model = topic.model;
-  body.messages = [
-    { role: 'system', content: topic.systemPrompt },
-    { role: 'user', content: text },
-  ];
-  body.temperature = 0;
-  return JSON.stringify(body);
-}
-
-function answerOf(result) {
-  if (result.tag === 'err') {
-    const error = result.val;
-    if (error.tag === 'status') return answerOfStatus(error.val);
-    const code = { 'deadline-exceeded': 'retry_timeout', denied: 'endpoint_denied' }[error.tag] ?? 'llm_call_failed';
-    throw new RowFailure(code, error.val);
-  }
-  const response = result.val;
-  if (response.status >= 300) return answerOfStatus(response);
-  let content;
-  try {
-    content = JSON.parse(response.body).choices[0].message.content;
-  } catch {
-    content = undefined;
-  }
-  if (typeof content !== 'string') {
-    throw new RowFailure('invalid_response', 'the answer has no choices[0].message.content');
-  }
-  return content;
-}
-
-function answerOfStatus(response) {
-  let message;
-  try {
-    message = JSON.parse(response.body).error.message;
-  } catch {
-    message = undefined;
-  }
-  throw new RowFailure('llm_call_failed', `HTTP ${response.status}: ${message ?? response.body.slice(0, 200)}`);
-}
-
-function labelOf(answer) {
-  const said = answer.trim().replace(/\.+$/, '').trim().toLowerCase();
-  const label = topic.labels.find((l) => l.toLowerCase() === said);
-  if (label === undefined) {
-    throw new RowFailure(
-      'unknown_label',
-      `the model answered \`${answer.trim()}\`, which is not one of: ${topic.labels.join(', ')}`,
-    );
-  }
-  return label;
-}
-
-const failed = (failure) => ({ tag: 'failed', val: { code: failure.code, message: failure.message } });
-
-export const transform = {
-  configure(options) {
-    topic = setUp(JSON.parse(options), nodeName(), endpoints());
-    return { outputFields: [topic.output] };
-  },
-
-  process(rows) {
-    const outcomes = new Array(rows.length);
-    const parsed = rows.map((text) => JSON.parse(text));
-    const requests = [];
-    const asked = [];
-    parsed.forEach((row, index) => {
-      try {
-        requests.push({ endpoint: topic.endpoint, body: requestBody(textOf(row, topic.field)), row: index });
-        asked.push(index);
-      } catch (failure) {
-        outcomes[index] = failed(failure);
-      }
-    });
-    // One call for every row's request: the host sends them concurrently.
-    const results = requests.length > 0 ? send(requests) : [];
-    results.forEach((result, k) => {
-      const index = asked[k];
-      try {
-        parsed[index][topic.output] = labelOf(answerOf(result));
-        outcomes[index] = { tag: 'rows', val: [JSON.stringify(parsed[index])] };
-      } catch (failure) {
-        if (!(failure instanceof RowFailure)) throw failure;
-        outcomes[index] = failed(failure);
-      }
-    });
-    return outcomes;
-  },
-};
+// The contract's `transform` interface, as ComponentizeJS exports it.
+export const transform = exportTransform(Topic);

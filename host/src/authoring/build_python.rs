@@ -10,7 +10,7 @@ pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
     let Some(tool) = componentize_py(dir) else {
         bail!(
             "componentize-py was not found on PATH or in {}/.venv. Install it with:\n  \
-             python3 -m venv .venv && .venv/bin/pip install componentize-py==0.25.1",
+             python3 -m venv .venv && .venv/bin/pip install -r requirements.txt",
             dir.display()
         );
     };
@@ -22,6 +22,12 @@ pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
         .args(["-w", "node", "componentize", "app", "-o"])
         .arg(&out)
         .current_dir(dir);
+    // componentize-py finds the packages of a venv (weir_sdk, say) only
+    // through VIRTUAL_ENV; the guest's own .venv is the one it builds with.
+    let venv = dir.join(".venv");
+    if venv.is_dir() {
+        command.env("VIRTUAL_ENV", &venv);
+    }
     super::run(command, "componentize-py")?;
     Ok(std::fs::read(out)?)
 }

@@ -63,6 +63,20 @@ impl Language {
         )
     }
 
+    /// The commands that install a new guest's toolchain and SDK and run
+    /// its native tests, from inside its folder.
+    pub fn setup_and_native_tests(self) -> Option<&'static str> {
+        match self {
+            Language::Rust => Some("cargo test"),
+            Language::Python => Some(
+                "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt \
+                 && .venv/bin/python -m pytest",
+            ),
+            Language::Js => Some("npm install && node --test"),
+            Language::C => None,
+        }
+    }
+
     /// The folder name of this language's example.
     fn example(self) -> &'static str {
         match self {
@@ -91,6 +105,7 @@ impl Language {
                 "python",
                 [
                     "app.py",
+                    "test_app.py",
                     "requirements.txt",
                     "README.md",
                     "fixtures.yaml",
@@ -103,6 +118,7 @@ impl Language {
                 "js",
                 [
                     "transform.js",
+                    "transform.test.js",
                     "package.json",
                     "README.md",
                     "fixtures.yaml",
@@ -153,15 +169,21 @@ pub fn new_guest(language: Language, path: &Path) -> Result<PathBuf> {
             .iter()
             .all(|c| language.files().iter().any(|(f, _)| f == c))
     );
+    // Every file is made before any is written, so a refusal leaves no
+    // half-made folder behind.
+    let mut files = Vec::new();
     for (file, text) in language.files() {
-        let target = path.join(file);
-        std::fs::create_dir_all(target.parent().expect("a file in a folder"))?;
         let text = text.replace(language.example(), name);
-        let text = if *file == "Cargo.toml" {
-            with_sdk(&text)
-        } else {
-            text
+        let text = match *file {
+            "Cargo.toml" => with_sdk(&text),
+            "requirements.txt" => with_local_sdk(&text, "../../../sdk/python", "python")?,
+            "package.json" => with_local_sdk(&text, "file:../../../sdk/js", "js")?,
+            _ => text,
         };
+        files.push((path.join(file), text));
+    }
+    for (target, text) in files {
+        std::fs::create_dir_all(target.parent().expect("a file in a folder"))?;
         std::fs::write(&target, text).with_context(|| format!("writing {}", target.display()))?;
     }
     Ok(path.to_path_buf())
@@ -179,4 +201,29 @@ fn with_sdk(manifest: &str) -> String {
         _ => format!("version = \"{}\"", env!("CARGO_PKG_VERSION")),
     };
     manifest.replace(EXAMPLE_DEP, &dependency)
+}
+
+/// Points a new Python or JavaScript guest at the SDK of the source tree
+/// this weir was built from, by absolute path, so the guest finds it
+/// wherever it is made. These SDKs are not published to a registry, so
+/// without that tree there is nothing to point at.
+fn with_local_sdk(text: &str, example_dep: &str, sdk: &str) -> Result<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sdk")
+        .join(sdk);
+    let found = std::fs::canonicalize(&dir)
+        .ok()
+        .filter(|d| d.join("pyproject.toml").is_file() || d.join("package.json").is_file());
+    let Some(dir) = found else {
+        bail!(
+            "the {sdk} SDK is not at {}, in the source tree this weir was built from; \
+             install weir from a checkout of weir that has sdk/{sdk} (`cargo install --path host`)",
+            dir.display()
+        );
+    };
+    let dependency = match sdk {
+        "js" => format!("file:{}", dir.display()),
+        _ => dir.display().to_string(),
+    };
+    Ok(text.replace(example_dep, &dependency))
 }

@@ -353,10 +353,14 @@ async fn execute(command: Command) -> Result<ExitCode> {
             let dir = crate::authoring::new_guest(lang, &path)?;
             println!("made a {} guest in {}", lang.name(), dir.display());
             println!(
-                "next: read {}/README.md, or build and test it:",
+                "next: read {}/README.md, or install, test and build it:",
                 dir.display()
             );
-            println!("  weir guest build {0} && weir test {0}", dir.display());
+            println!("  cd {}", dir.display());
+            if let Some(setup) = lang.setup_and_native_tests() {
+                println!("  {setup}");
+            }
+            println!("  weir guest build . && weir test .");
             Ok(ExitCode::SUCCESS)
         }
         Command::Guest {
