@@ -337,13 +337,12 @@ fn audit_path(dir: &Path, configured: Option<&str>, first_sink: &Path) -> PathBu
     }
 }
 
-/// The audit database a pipeline file names, read without the rest of the
-/// pipeline, so that looking at past runs needs none of its API keys.
-pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
+/// A pipeline file as a plain YAML document, for reading a few paths from
+/// it: a variable that is not set stands in as a placeholder instead of
+/// stopping the lookup.
+fn document_without_secrets(path: &Path) -> Result<serde_yaml::Value> {
     let raw = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
-    // Only the paths are read: a variable that is not set stands in as a
-    // placeholder instead of stopping the lookup.
     let text = interpolate::interpolate(&raw, |name| {
         std::env::var(name)
             .ok()
@@ -351,8 +350,13 @@ pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
             .or_else(|| Some(format!("unset-{name}")))
     })
     .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+/// The audit database a pipeline file names, read without the rest of the
+/// pipeline, so that looking at past runs needs none of its API keys.
+pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
+    let doc = document_without_secrets(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let configured = doc["audit"]["path"].as_str();
     let first_sink = doc["sinks"][0]["path"].as_str().ok_or_else(|| {
@@ -368,17 +372,7 @@ pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
 /// `audit_path_of`: without the pipeline's secrets.
 pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
     let audit = audit_path_of(path)?;
-    let raw = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
-    let text = interpolate::interpolate(&raw, |name| {
-        std::env::var(name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .or_else(|| Some(format!("unset-{name}")))
-    })
-    .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
-    let doc: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let doc = document_without_secrets(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut paths = Vec::new();
     if let Some(endpoints) = doc["endpoints"].as_mapping() {
