@@ -10,6 +10,7 @@ use common::*;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 use weir_test_llm_server::{Fault, Reply, Script, TestLlmServer};
@@ -300,8 +301,16 @@ async fn a_run_killed_at_random_moments_resumes_to_every_row_exactly_once() {
 
 /// Starts a run and kills it once some rows have their outcome.
 async fn kill_midway(pipeline: &std::path::Path, db: &std::path::Path, base_url: &str) {
+    let args = ["run", pipeline.to_str().unwrap(), "--no-progress"];
+    kill_midway_in(&std::env::current_dir().unwrap(), &args, db, base_url).await
+}
+
+/// `weir ARGS`, started in `dir`, killed once some rows have their outcome
+/// in `db`.
+async fn kill_midway_in(dir: &Path, args: &[&str], db: &Path, base_url: &str) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", pipeline.to_str().unwrap(), "--no-progress"])
+        .args(args)
+        .current_dir(dir)
         .env("OPENAI_API_KEY", KEY)
         .env("OPENAI_BASE_URL", base_url)
         .env(
@@ -309,6 +318,7 @@ async fn kill_midway(pipeline: &std::path::Path, db: &std::path::Path, base_url:
             std::env::temp_dir().join("weir-test-cache"),
         )
         .stderr(Stdio::null())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let done = || -> i64 {
@@ -316,15 +326,17 @@ async fn kill_midway(pipeline: &std::path::Path, db: &std::path::Path, base_url:
             .and_then(|c| c.query_row("SELECT count(*) FROM row_outcomes", [], |r| r.get(0)))
             .unwrap_or(0)
     };
-    for _ in 0..400 {
+    // Long enough for a cold component cache on a loaded machine; the wait
+    // ends with the first outcome.
+    for _ in 0..3000 {
         if done() > 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(done() > 0, "no row finished");
     child.start_kill().unwrap();
     child.wait().await.unwrap();
+    assert!(done() > 0, "no row finished");
 }
 
 #[tokio::test]
@@ -362,17 +374,41 @@ async fn a_resume_is_refused_when_the_pipeline_or_the_source_changed_and_says_wh
         "{message}"
     );
 
-    // A comment changes nothing that matters; a changed source row does.
+    // A comment changes nothing that matters; a changed source does.
     ws.write("p.yaml", &format!("# edited\n{PIPELINE}"));
     let original = source().replace("POISON", "text");
     ws.write("rows.jsonl", &original.replacen("text 0", "text zero", 1));
     let out = resume().await;
     let message = stderr(&out);
     assert!(
+        message.contains(&format!(
+            "the source {} changed since segment 1 of run 1 began reading it: its size was {} \
+             bytes and is {} now",
+            ws.path("rows.jsonl").display(),
+            original.len(),
+            original.len() + 3
+        )) && message.contains("resume with `--allow-changed-source`"),
+        "{message}"
+    );
+    // Even then, a row the run has done must be what it was.
+    let allowing = weir(
+        &[
+            "run",
+            pipeline.to_str().unwrap(),
+            "--resume",
+            "--allow-changed-source",
+        ],
+        &env,
+    )
+    .await;
+    let message = stderr(&allowing);
+    assert!(
         message.contains("the source changed since run 1 read it: row 0 (line 1)"),
         "{message}"
     );
 
+    // Written again as it was: the content is what the run read, although
+    // the file's modification time is not.
     ws.write("rows.jsonl", &original);
     let out = resume().await;
     assert!(out.status.success(), "{}", stderr(&out));
@@ -383,4 +419,365 @@ async fn a_resume_is_refused_when_the_pipeline_or_the_source_changed_and_says_wh
         "{}",
         stderr(&out)
     );
+}
+
+/// `weir ARGS` started in `dir`, with the test key and endpoint.
+async fn weir_in(dir: &Path, args: &[&str], base_url: &str) -> std::process::Output {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .current_dir(dir)
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", base_url)
+        .env(
+            "WEIR_CACHE_DIR",
+            std::env::temp_dir().join("weir-test-cache"),
+        )
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("weir did not finish within 120 s")
+        .unwrap()
+}
+
+/// Every row of `source()` exactly once: answered in `out`, or refused into
+/// `failed`, each with its own values.
+fn assert_every_row_once(ws: &Workspace, out: &str, failed: &str) {
+    let mut seen = vec![0; ROWS];
+    for row in read_jsonl(ws, out) {
+        let id = row["id"].as_u64().unwrap() as usize;
+        seen[id] += 1;
+        assert!(!is_poisoned(id));
+        assert_eq!(row["answer"], format!("echo: Q{id}: text {id}"));
+        assert_eq!(row["second"], format!("echo: R{id}"));
+    }
+    for row in read_jsonl(ws, failed) {
+        let id = row["id"].as_u64().unwrap() as usize;
+        seen[id] += 1;
+        assert!(is_poisoned(id), "row {id} failed: {row:?}");
+    }
+    let wrong: Vec<_> = seen.iter().enumerate().filter(|(_, n)| **n != 1).collect();
+    assert!(wrong.is_empty(), "rows not exactly once: {wrong:?}");
+}
+
+async fn slow_rejecting_server() -> TestLlmServer {
+    TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        reject_marker: Some("POISON".into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// `weir run sub/p.yaml --audit sub/a.sqlite`, started in the workspace and
+/// killed midway: a run whose pipeline names its files relative to itself.
+async fn killed_relative_run(ws: &Workspace, base_url: &str) {
+    ws.write("sub/rows.jsonl", &source());
+    ws.write("sub/p.yaml", PIPELINE);
+    let args = [
+        "run",
+        "sub/p.yaml",
+        "--audit",
+        "sub/a.sqlite",
+        "--no-progress",
+    ];
+    kill_midway_in(&ws.path(""), &args, &ws.path("sub/a.sqlite"), base_url).await;
+}
+
+#[tokio::test]
+async fn a_run_started_with_relative_paths_resumes_from_any_directory() {
+    let server = slow_rejecting_server().await;
+    let base_url = server.base_url();
+    // Each way of resuming gets its own killed run.
+    let resumed = |form: usize| {
+        let base_url = base_url.clone();
+        async move {
+            let ws = Workspace::new();
+            killed_relative_run(&ws, &base_url).await;
+            let elsewhere = ws.path("elsewhere");
+            std::fs::create_dir_all(&elsewhere).unwrap();
+            let (pipeline, db) = (ws.path("sub/p.yaml"), ws.path("sub/a.sqlite"));
+            let (pipeline, db) = (pipeline.to_str().unwrap(), db.to_str().unwrap());
+            let (dir, args) = match form {
+                0 => (
+                    ws.path(""),
+                    vec!["run", "sub/p.yaml", "--audit", "sub/a.sqlite", "--resume"],
+                ),
+                1 => (elsewhere, vec!["run", pipeline, "--audit", db, "--resume"]),
+                _ => (elsewhere, vec!["resume", "1", "--audit", db]),
+            };
+            let out = weir_in(&dir, &args, &base_url).await;
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            assert_every_row_once(&ws, "sub/out.jsonl", "sub/failed.jsonl");
+        }
+    };
+    tokio::join!(resumed(0), resumed(1), resumed(2));
+}
+
+#[tokio::test]
+async fn a_run_an_older_weir_recorded_with_relative_paths_resumes_from_its_directory() {
+    let server = slow_rejecting_server().await;
+    let base_url = server.base_url();
+    let ws = Workspace::new();
+    killed_relative_run(&ws, &base_url).await;
+    // What weir wrote before audit schema 5, for the same run: paths as the
+    // pipeline file gave them, relative to the directory it was started
+    // from, and no stamp of the source.
+    let db = ws.path("sub/a.sqlite");
+    let conn = Connection::open(&db).unwrap();
+    let root = std::fs::canonicalize(ws.path("")).unwrap();
+    let relative = |path: String| {
+        Path::new(&path)
+            .strip_prefix(&root)
+            .unwrap()
+            .display()
+            .to_string()
+    };
+    let checkpoints: Vec<String> = conn
+        .prepare("SELECT path FROM sink_checkpoints")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for path in checkpoints {
+        conn.execute(
+            "UPDATE sink_checkpoints SET path = ?2 WHERE path = ?1",
+            [&path, &relative(path.clone())],
+        )
+        .unwrap();
+    }
+    conn.execute_batch(
+        "UPDATE runs SET source_path = 'sub/rows.jsonl',
+             sinks_json = '{\"sinks\":[\"sub/out.jsonl\"],\"on_error\":[\"sub/failed.jsonl\"]}';
+         UPDATE row_outcomes SET error_sink = 'sub/failed.jsonl' WHERE error_sink IS NOT NULL;
+         ALTER TABLE segments DROP COLUMN source_size;
+         ALTER TABLE segments DROP COLUMN source_mtime_ns;
+         ALTER TABLE segments DROP COLUMN source_sha256;
+         PRAGMA user_version = 4;",
+    )
+    .unwrap();
+    drop(conn);
+
+    // From another directory the relative paths name other files.
+    let elsewhere = ws.path("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let pipeline = ws.path("sub/p.yaml");
+    let args = [
+        "run",
+        pipeline.to_str().unwrap(),
+        "--audit",
+        db.to_str().unwrap(),
+        "--resume",
+    ];
+    let out = weir_in(&elsewhere, &args, &base_url).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(
+            "it was sub/rows.jsonl (relative to the directory the run was started from: resume \
+             it from there)"
+        ),
+        "{message}"
+    );
+
+    // From the directory it was started from, it resumes, and is recorded
+    // with absolute paths from then on.
+    let args = ["run", "sub/p.yaml", "--audit", "sub/a.sqlite", "--resume"];
+    let out = weir_in(&ws.path(""), &args, &base_url).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_every_row_once(&ws, "sub/out.jsonl", "sub/failed.jsonl");
+    let conn = Connection::open(&db).unwrap();
+    let (source, status): (String, String) = conn
+        .query_row("SELECT source_path, status FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(source, root.join("sub/rows.jsonl").display().to_string());
+    assert_eq!(status, "completed");
+    let relative_left: i64 = conn
+        .query_row(
+            "SELECT (SELECT count(*) FROM sink_checkpoints WHERE path NOT LIKE '/%')
+                  + (SELECT count(*) FROM row_outcomes WHERE error_sink NOT LIKE '/%')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(relative_left, 0);
+}
+
+/// Rows enough that a run killed at its first outcomes has not read them all.
+const MANY_ROWS: usize = 1500;
+
+const ONE_NODE: &str = "\
+source:
+  path: rows.jsonl
+endpoints:
+  llm:
+    base_url: ${OPENAI_BASE_URL}
+    api_key: ${OPENAI_API_KEY}
+    pool_size: 8
+transforms:
+  - name: ask
+    component: llm
+    endpoints: [llm]
+    options:
+      model: test-model
+      template: \"Q{{ row.id }}: {{ row.text }}\"
+      response_field: answer
+sinks:
+  - path: out.jsonl
+";
+
+fn many_rows() -> String {
+    (0..MANY_ROWS)
+        .map(|i| format!("{}\n", json!({"id": i, "text": format!("text {i}")})))
+        .collect()
+}
+
+fn rows_recorded(db: &Path) -> i64 {
+    Connection::open(db)
+        .unwrap()
+        .query_row("SELECT count(*) FROM rows", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn rows_changed_where_the_killed_run_had_not_read_are_noticed() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(5),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let base_url = server.base_url();
+    let ws = Workspace::new();
+    let source = ws.write("rows.jsonl", &many_rows());
+    let pipeline = ws.write("p.yaml", ONE_NODE);
+    let db = ws.path("weir-audit.sqlite");
+    kill_midway(&pipeline, &db, &base_url).await;
+    assert!(
+        rows_recorded(&db) < MANY_ROWS as i64,
+        "the killed run read every row; the test would prove nothing"
+    );
+
+    // The last row, which the run had not read, is edited.
+    let last = MANY_ROWS - 1;
+    let before = std::fs::read_to_string(&source).unwrap();
+    let edited = before.replace(
+        &format!("\"text {last}\""),
+        &format!("\"text {last}, edited\""),
+    );
+    std::fs::write(&source, &edited).unwrap();
+    let resume = ["run", pipeline.to_str().unwrap(), "--resume"];
+    let out = weir_in(&ws.path(""), &resume, &base_url).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(&format!(
+            "run 1 cannot be resumed: the source {} changed since segment 1 of run 1 began \
+             reading it: its size was {} bytes and is {} now (it was last modified at ",
+            source.display(),
+            before.len(),
+            edited.len()
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("resume with `--allow-changed-source`: the rows already done are kept"),
+        "{message}"
+    );
+    assert!(!ws.path("out.jsonl").exists());
+
+    // Allowed: the rows done stay as they were, the others are read as the
+    // file is now.
+    let allowing = [&resume[..], &["--allow-changed-source"]].concat();
+    let out = weir_in(&ws.path(""), &allowing, &base_url).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("changed since segment 1"),
+        "{}",
+        stderr(&out)
+    );
+    let written = read_jsonl(&ws, "out.jsonl");
+    let mut seen = vec![0; MANY_ROWS];
+    for row in &written {
+        let id = row["id"].as_u64().unwrap() as usize;
+        seen[id] += 1;
+        let text = if id == last {
+            format!("text {id}, edited")
+        } else {
+            format!("text {id}")
+        };
+        assert_eq!(row["answer"], format!("echo: Q{id}: {text}"));
+    }
+    assert!(seen.iter().all(|&n| n == 1));
+}
+
+#[tokio::test]
+async fn a_same_size_edit_that_kept_the_modification_time_is_noticed_by_the_content_hash() {
+    let server = slow_rejecting_server().await;
+    let base_url = server.base_url();
+    let ws = Workspace::new();
+    let source_file = ws.write("rows.jsonl", &source());
+    let pipeline = ws.write("p.yaml", PIPELINE);
+    let db = ws.path("weir-audit.sqlite");
+    kill_midway(&pipeline, &db, &base_url).await;
+    let conn = Connection::open(&db).unwrap();
+    let read_whole: bool = conn
+        .query_row(
+            "SELECT source_sha256 IS NOT NULL FROM segments WHERE segment = 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(read_whole, "the killed run read the whole source first");
+    let last = ROWS - 1;
+    let last_done: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM row_outcomes WHERE row_index = ?1",
+            [last],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!last_done, "the test edits a row the run has not done");
+
+    // An edit of the same size, with the modification time put back.
+    let modified = std::fs::metadata(&source_file).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&source_file)
+        .unwrap()
+        .replace(&format!("\"text {last}\""), &format!("\"TEXT {last}\""));
+    std::fs::write(&source_file, text).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&source_file)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+
+    let out = weir_in(&ws.path(""), &["run", "p.yaml", "--resume"], &base_url).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("began reading it: its content is not what it was (sha256 "),
+        "{message}"
+    );
+    // Refused before the resume began on any row.
+    let segments: i64 = conn
+        .query_row("SELECT count(*) FROM segments", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(segments, 1);
+
+    // `weir resume` takes the change too, when asked to.
+    let db_arg = db.to_str().unwrap();
+    let args = ["resume", "1", "--audit", db_arg, "--allow-changed-source"];
+    let out = weir_in(&ws.path(""), &args, &base_url).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = read_jsonl(&ws, "out.jsonl");
+    let row = rows
+        .iter()
+        .find(|r| r["id"] == last)
+        .expect("the last row is written");
+    assert_eq!(row["answer"], format!("echo: Q{last}: TEXT {last}"));
 }

@@ -4,6 +4,9 @@
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
     hex::encode(Sha256::digest(bytes.as_ref()))
@@ -37,6 +40,73 @@ pub fn secret_fingerprint(secret: &str) -> String {
     hex::encode(&digest[..8])
 }
 
+/// The SHA-256 of a file's bytes, read in chunks.
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    let mut reader = HashingReader::new(std::fs::File::open(path)?);
+    let hash = reader.hash();
+    std::io::copy(&mut reader, &mut std::io::sink())?;
+    Ok(hash.finished().map(|(_, hex)| hex).unwrap_or_default())
+}
+
+/// Hashes every byte read through it, so a file is hashed by the read that
+/// parses it instead of a second pass over it.
+pub struct HashingReader<R> {
+    inner: R,
+    hash: ContentHash,
+}
+
+impl<R> HashingReader<R> {
+    pub fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hash: ContentHash::default(),
+        }
+    }
+
+    /// A handle on the hash, which outlives the reader it is taken from.
+    pub fn hash(&self) -> ContentHash {
+        self.hash.clone()
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Ok(mut state) = self.hash.0.lock() {
+            if n == 0 && !buf.is_empty() {
+                state.at_end = true;
+            } else {
+                state.hasher.update(&buf[..n]);
+                state.bytes += n as u64;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The hash of what a `HashingReader` has read. Shared with the reader, as
+/// the reader itself ends up deep inside a row parser.
+#[derive(Clone, Default)]
+pub struct ContentHash(Arc<Mutex<HashState>>);
+
+#[derive(Default)]
+struct HashState {
+    hasher: Sha256,
+    bytes: u64,
+    at_end: bool,
+}
+
+impl ContentHash {
+    /// Bytes read and their SHA-256, once the reader reached the end of its
+    /// input; none before, as the hash of a prefix identifies nothing.
+    pub fn finished(&self) -> Option<(u64, String)> {
+        let state = self.0.lock().ok()?;
+        state
+            .at_end
+            .then(|| (state.bytes, hex::encode(state.hasher.clone().finalize())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +134,20 @@ mod tests {
         assert_eq!(f.len(), 16);
         assert!(!f.contains("canary"));
         assert_ne!(f, secret_fingerprint("sk-canary-124"));
+    }
+
+    #[test]
+    fn a_hashing_reader_hashes_what_it_read_once_it_reached_the_end() {
+        let data = b"id,text\n1,a\n".repeat(1000);
+        let mut reader = HashingReader::new(&data[..]);
+        let hash = reader.hash();
+        let mut first = [0u8; 100];
+        reader.read_exact(&mut first).unwrap();
+        assert_eq!(hash.finished(), None, "a prefix has no hash");
+        std::io::copy(&mut reader, &mut std::io::sink()).unwrap();
+        assert_eq!(
+            hash.finished(),
+            Some((data.len() as u64, sha256_hex(&data)))
+        );
     }
 }

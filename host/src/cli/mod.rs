@@ -38,6 +38,11 @@ enum Command {
         /// instead of starting one: the latest, or the run given.
         #[arg(long, value_name = "RUN", num_args = 0..=1, default_missing_value = "latest")]
         resume: Option<RunChoice>,
+        /// With --resume: carry on even though the source file changed since
+        /// the run read it. The rows already done are kept; the others are
+        /// read from the file as it is now.
+        #[arg(long, requires = "resume")]
+        allow_changed_source: bool,
         /// Keep no audit trail (no `weir explain`, no resume); for measuring
         /// what auditing costs.
         #[arg(long, conflicts_with = "resume")]
@@ -61,6 +66,11 @@ enum Command {
         /// default it is the one the run was started from.
         #[command(flatten)]
         database: Database,
+        /// Carry on even though the source file changed since the run read
+        /// it. The rows already done are kept; the others are read from the
+        /// file as it is now.
+        #[arg(long)]
+        allow_changed_source: bool,
         #[arg(long)]
         no_progress: bool,
         #[command(flatten)]
@@ -303,6 +313,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
             pipeline,
             audit,
             resume,
+            allow_changed_source,
             no_audit,
             no_progress,
             stopping,
@@ -320,6 +331,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
                     RunChoice::Latest => None,
                     RunChoice::Run(id) => Some(id),
                 },
+                allow_changed_source,
             });
             // A scheduler runs a shard's command again after a failure: a
             // shard that never began has nothing to resume, so it starts.
@@ -332,6 +344,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
         Command::Resume {
             run: run_id,
             database,
+            allow_changed_source,
             no_progress,
             stopping,
         } => {
@@ -344,6 +357,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
             pipeline.set_audit_path(audit_path)?;
             let resume = engine::Resume {
                 run_id: Some(run_id),
+                allow_changed_source,
             };
             run(pipeline, Some(resume), true, no_progress, stopping).await
         }

@@ -1,6 +1,6 @@
 //! How `weir runs` and `weir explain` print what the audit database holds.
 
-use crate::services::audit::{CallStory, RowStory, RunInfo, StateStory};
+use crate::services::audit::{CallStory, RowStory, RunInfo, StateStory, utc};
 use std::fmt::Write;
 
 /// Bodies longer than this are cut in `weir explain` unless `--full`.
@@ -224,37 +224,9 @@ fn seconds(ms: i64) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` from milliseconds since the epoch.
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(utc(1_795_255_445_000), "2026-11-21 10:04:05");
-    }
 
     #[test]
     fn long_bodies_are_cut_on_a_character_boundary() {

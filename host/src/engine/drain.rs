@@ -11,7 +11,7 @@ use crate::config::OnError;
 use crate::io;
 use crate::services::audit::{AuditLog, CommitRecord, OutcomeRecord, Record};
 use crate::services::stop::RunStop;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use futures::stream::{BoxStream, StreamExt};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ impl Outputs {
             .chain(self.error_sinks.iter_mut())
             .zip(&self.sink_paths)
         {
-            offsets.push((path.clone(), sink.checkpoint().context("writing a sink")?));
+            offsets.push((path.clone(), sink.checkpoint()?));
         }
         Ok(offsets)
     }
@@ -157,7 +157,7 @@ fn write_flow(
         Ok(rows) => {
             for row in &rows {
                 for sink in outputs.sinks.iter_mut() {
-                    sink.write(row).context("writing a sink")?;
+                    sink.write(row)?;
                 }
             }
             report.rows_written += rows.len() as u64;
@@ -199,9 +199,7 @@ fn write_flow(
                 OnError::Quarantine(i) => {
                     let rows = quarantine::rows(&failure, &flow.members, node_name.as_deref());
                     for row in &rows {
-                        outputs.error_sinks[i]
-                            .write(row)
-                            .context("writing an on_error sink")?;
+                        outputs.error_sinks[i].write(row)?;
                     }
                     report.rows_quarantined += flow.members.len() as u64;
                     ("quarantined", Some(outputs.error_sink_path(i)))

@@ -50,6 +50,9 @@ pub struct RunOptions {
 pub struct Resume {
     /// The run to carry on; the latest unfinished run of the pipeline if None.
     pub run_id: Option<i64>,
+    /// Carry on even though the source changed since the run read it: the
+    /// rows already done are kept, the others are read as the file is now.
+    pub allow_changed_source: bool,
 }
 
 /// Checks everything that can be checked without calling an endpoint: the
@@ -87,7 +90,7 @@ fn open_audit(
             let run = NewRun {
                 pipeline_path: pipeline_key(pipeline),
                 config_sha256: pipeline.file.raw_sha256.clone(),
-                source_path: pipeline.source.path.display().to_string(),
+                source_path: resume::recorded_path(&pipeline.source.path),
                 sinks: resume::sink_paths(pipeline),
                 weir_version: env!("CARGO_PKG_VERSION").to_string(),
                 shard: pipeline.shard.map(|s| s.to_string()),
@@ -108,12 +111,44 @@ fn open_audit(
     }
 }
 
+/// Checks that a resumed run can carry on with the pipeline and the source
+/// as they are now, and records what a resume must know of the names its
+/// files go by and of a changed source.
+fn check_resume(
+    audit: &AuditLog,
+    point: &mut ResumePoint,
+    pipeline: &Pipeline,
+    prepared: &Prepared,
+    allow_changed_source: bool,
+) -> Result<()> {
+    let renames = resume::check_unchanged(&point.run, pipeline, prepared)?;
+    let change = resume::check_source(&point.run, &pipeline.source.path, allow_changed_source)?;
+    resume::rename_checkpoints(point, &renames);
+    if !renames.is_empty() {
+        audit.record(Record::PathsRenamed(renames));
+    }
+    if let Some(change) = change {
+        tracing::warn!(
+            "{change}; as --allow-changed-source asks, the rows already done are kept and the \
+             others are read from the file as it is now"
+        );
+    }
+    if allow_changed_source {
+        audit.record(Record::SourceReplaced);
+    }
+    Ok(())
+}
+
 pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let started = Instant::now();
     source_check::refuse_unreadable_rows(&pipeline)?;
     let rows = shard_rows(&pipeline)?;
     let (audit, mut point) = open_audit(&pipeline, &options)?;
     let stop = Arc::clone(&options.stop);
+    let allow_changed_source = options
+        .resume
+        .as_ref()
+        .is_some_and(|r| r.allow_changed_source);
     let set_up = async {
         let spent_before = match (&audit, &point) {
             (Some(audit), Some(_)) => audit.spent_usd(&pipeline.audit_path)?,
@@ -122,14 +157,21 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         let controls = setup::controls(&pipeline, stop.clone(), options.budget_usd, spent_before)?;
         let prepared = setup::prepare(&pipeline, audit.as_ref(), &controls).await?;
         if let Some(audit) = &audit {
-            match &point {
+            match &mut point {
                 None => prepared.record_identity(audit),
-                Some(point) => resume::check_unchanged(&point.run, &pipeline, &prepared)?,
+                Some(point) => {
+                    check_resume(audit, point, &pipeline, &prepared, allow_changed_source)?
+                }
             }
         }
-        let source = io::open_source(&pipeline.source)?;
+        let (rows, stamp, content_hash) = io::open_source_hashed(&pipeline.source)?;
         let columns =
-            columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
+            columns::through_nodes(&pipeline.file, rows.columns.clone(), &prepared.nodes)?;
+        let source = Source {
+            rows,
+            stamp,
+            content_hash,
+        };
         anyhow::Ok((prepared, source, columns))
     }
     .await;
@@ -143,12 +185,15 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         }
     };
     if let Some(audit) = &audit {
-        audit.start_segment(point.as_ref().map_or(0, |p| p.done.len() as u64));
+        audit.start_segment(
+            point.as_ref().map_or(0, |p| p.done.len() as u64),
+            source.stamp,
+        );
     }
     let resume_at = |path: &std::path::Path| {
         point
             .as_ref()
-            .and_then(|p| p.checkpoints.get(&path.display().to_string()).copied())
+            .and_then(|p| p.checkpoints.get(&resume::recorded_path(path)).copied())
     };
     let mut sinks = Vec::new();
     for sink in &pipeline.sinks {
@@ -177,7 +222,9 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     };
     let progress = progress::Progress::start(&pipeline.source, options.show_progress);
 
-    let check = point.as_mut().map(SourceCheck::from);
+    let check = point
+        .as_mut()
+        .map(|p| SourceCheck::from(p, allow_changed_source));
     let mut report = RunReport {
         run_id: audit.as_ref().map(|a| a.run_id()),
         segment: audit.as_ref().map_or(1, |a| a.segment()),
@@ -227,11 +274,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             // counts as written, and a resume carries on from them.
             Some(audit) => {
                 drop(all_sinks);
-                return Err(e.context(format!(
-                    "run {} stopped; once the cause is fixed, `{}` carries it on",
-                    audit.run_id(),
-                    resume_command(&pipeline)
-                )));
+                return Err(stopped_run(e, audit, &pipeline));
             }
             None => {
                 for sink in all_sinks {
@@ -242,7 +285,12 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         }
     } else {
         for sink in all_sinks {
-            sink.finish()?;
+            if let Err(e) = sink.finish() {
+                return Err(match &audit {
+                    Some(audit) => stopped_run(e, audit, &pipeline),
+                    None => e,
+                });
+            }
         }
     }
 
@@ -262,15 +310,28 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         let audit =
             Arc::try_unwrap(audit).map_err(|_| anyhow::anyhow!("the audit log is still in use"))?;
         report.calls_replayed = audit.replay().map_or(0, |r| r.used());
-        let totals = audit.finish(RunEnd {
-            summary_json: serde_json::json!({
-                "endpoints": &report.endpoints,
-                "stopped": report.stopped.as_ref().map(ToString::to_string),
+        let (run_id, audit_path) = (audit.run_id(), audit.path().to_path_buf());
+        let totals = audit
+            .finish(RunEnd {
+                summary_json: serde_json::json!({
+                    "endpoints": &report.endpoints,
+                    "stopped": report.stopped.as_ref().map(ToString::to_string),
+                })
+                .to_string(),
+                calls_replayed: report.calls_replayed,
+                interrupted: report.stopped.is_some(),
             })
-            .to_string(),
-            calls_replayed: report.calls_replayed,
-            interrupted: report.stopped.is_some(),
-        })?;
+            .map_err(|e| {
+                // Every row is written and committed; only the run's end is
+                // not recorded, and a resume records it.
+                anyhow::anyhow!(
+                    "run {run_id} wrote its rows but could not record its end: {e:#}\n\
+                     kept: the rows, with their outcome in the audit trail {}\n\
+                     once the cause is fixed, `{}` ends the run",
+                    audit_path.display(),
+                    resume_command(&pipeline)
+                )
+            })?;
         if totals.without_outcome_count > 0 && report.stopped.is_none() {
             anyhow::bail!(
                 "run {}: {} source rows ended without a terminal outcome (rows {:?}…). This is a \
@@ -309,6 +370,47 @@ fn resume_command(pipeline: &Pipeline) -> String {
     command
 }
 
+/// What a run stopped by an error says: the cause (naming the file and the
+/// operating system's error when a write failed), what was kept, and how to
+/// carry the run on.
+fn stopped_run(error: anyhow::Error, audit: &AuditLog, pipeline: &Pipeline) -> anyhow::Error {
+    let rows = match audit.committed_outcomes() {
+        Some(1) => "1 row".to_string(),
+        Some(n) => format!("{n} rows"),
+        None => "the rows".to_string(),
+    };
+    let mut error = format!("{error:#}");
+    // The disk that took a sink can take the audit database with it.
+    if let Some(audit_failure) = audit.failure()
+        && !error.contains(&audit_failure)
+    {
+        error = format!("{error}\nand the audit trail stopped too: {audit_failure}");
+    }
+    // The operating system's words for ENOSPC, whichever file met it.
+    let when = if error.contains("No space left on device") {
+        "once there is space again"
+    } else {
+        "once the cause is fixed"
+    };
+    anyhow::anyhow!(
+        "run {} stopped: {error}\n\
+         kept: {rows}, with their outcome in the audit trail {} and their output in the sink \
+         files up to their last checkpoint\n\
+         {when}, `{}` cuts the sink files back to that checkpoint and carries the run on",
+        audit.run_id(),
+        audit.path().display(),
+        resume_command(pipeline)
+    )
+}
+
+/// The source a run reads, with what the audit trail records of the file.
+struct Source {
+    rows: io::SourceReader,
+    stamp: io::FileStamp,
+    /// Complete once `rows` is read to the end.
+    content_hash: hashing::ContentHash,
+}
+
 /// Records a run that could not start as such, so it never shows as running.
 fn mark_failed_to_start(audit: Arc<AuditLog>, error: &anyhow::Error) {
     match Arc::try_unwrap(audit) {
@@ -324,9 +426,10 @@ fn mark_failed_to_start(audit: Arc<AuditLog>, error: &anyhow::Error) {
 /// Reads the source on a blocking thread, which also hashes and records each
 /// row, skips the rows a resumed run has done, and stops at the first row
 /// that differs from what the run read before (left in `failure`), or once
-/// the run is told to stop.
+/// the run is told to stop. Once it has read the whole file, it records the
+/// file's hash.
 fn read_source(
-    source: io::SourceReader,
+    source: Source,
     range: std::ops::Range<u64>,
     audit: Option<Arc<AuditLog>>,
     check: Option<SourceCheck>,
@@ -337,7 +440,7 @@ fn read_source(
     let stop_reading = Arc::clone(&stop);
     tokio::task::spawn_blocking(move || {
         let hashed = audit.is_some() || check.is_some();
-        for SourceRow { index, line, row } in source {
+        for SourceRow { index, line, row } in source.rows {
             if index < range.start {
                 continue;
             }
@@ -357,10 +460,13 @@ fn read_source(
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(e) => {
+                        if let Some(audit) = &audit {
+                            audit.record(Record::SourceRefused);
+                        }
                         if let Ok(mut slot) = failure.lock() {
                             *slot = Some(e);
                         }
-                        break;
+                        return;
                     }
                 }
             }
@@ -385,6 +491,15 @@ fn read_source(
             if tx.blocking_send(flow).is_err() {
                 break;
             }
+        }
+        // The reader buffers ahead: the file can be read whole even when the
+        // loop left rows (a shard's end, a stop), and the hash is the file's.
+        if let (Some(audit), Some((bytes, sha256))) = (&audit, source.content_hash.finished())
+            // Bytes that differ from the size it had when opened: the file
+            // changed while it was read, and the hash stands for neither.
+            && bytes == source.stamp.size
+        {
+            audit.record(Record::SourceRead { sha256 });
         }
     });
     // Rows read ahead but not yet begun are left, without an outcome, to a

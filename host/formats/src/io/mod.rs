@@ -5,4 +5,7 @@ pub mod sink;
 pub mod source;
 
 pub use sink::{RowSink, open_sink};
-pub use source::{SourceReader, SourceRow, SourceScan, open_source, read_source, scan_source};
+pub use source::{
+    FileStamp, SourceReader, SourceRow, SourceScan, open_source, open_source_hashed, read_source,
+    scan_source,
+};

@@ -93,17 +93,29 @@ impl Placement {
         let len = file.metadata()?.len();
         if len < offset {
             anyhow::bail!(
-                "{} holds {len} bytes, but the audit database says {offset} were written; it was                  changed outside weir",
+                "{} holds {len} bytes, but the audit database says {offset} were written; it was \
+                 changed outside weir",
                 self.partial.display()
             );
         }
-        file.set_len(offset)?;
-        file.seek(SeekFrom::End(0))?;
+        file.set_len(offset)
+            .and_then(|()| file.seek(SeekFrom::End(0)))
+            .with_context(|| {
+                format!(
+                    "cannot cut {} back to {offset} bytes",
+                    self.partial.display()
+                )
+            })?;
         Ok(file)
     }
 
+    /// What a failed write says: the file, then the operating system's error.
+    fn cannot_write(&self) -> String {
+        format!("cannot write {}", self.partial.display())
+    }
+
     fn commit(&self, file: File) -> Result<()> {
-        file.sync_all()?;
+        file.sync_all().with_context(|| self.cannot_write())?;
         std::fs::rename(&self.partial, &self.path)
             .with_context(|| format!("cannot move {} into place", self.partial.display()))
     }
@@ -120,16 +132,23 @@ struct JsonlSink {
 
 impl RowSink for JsonlSink {
     fn write(&mut self, row: &Row) -> Result<()> {
-        serde_json::to_writer(&mut self.writer, row)?;
-        self.writer.write_all(b"\n")?;
-        Ok(())
+        serde_json::to_writer(&mut self.writer, row)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.writer.write_all(b"\n"))
+            .with_context(|| self.place.cannot_write())
     }
     fn checkpoint(&mut self) -> Result<u64> {
-        self.writer.flush()?;
-        Ok(self.writer.get_mut().stream_position()?)
+        self.writer
+            .flush()
+            .and_then(|()| self.writer.get_mut().stream_position())
+            .with_context(|| self.place.cannot_write())
     }
     fn finish(self: Box<Self>) -> Result<()> {
-        let file = self.writer.into_inner().map_err(|e| e.into_error())?;
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| self.place.cannot_write())?;
         self.place.commit(file)
     }
     fn abandon(self: Box<Self>) {
@@ -148,7 +167,9 @@ struct CsvSink {
 
 impl CsvSink {
     fn write_header(&mut self, columns: &[String]) -> Result<()> {
-        self.writer.write_record(columns)?;
+        self.writer
+            .write_record(columns)
+            .with_context(|| self.place.cannot_write())?;
         self.header_written = true;
         Ok(())
     }
@@ -179,12 +200,16 @@ impl RowSink for CsvSink {
             self.warned_extra = true;
         }
         self.columns = Some(columns);
-        Ok(written?)
+        written.with_context(|| self.place.cannot_write())
     }
     fn checkpoint(&mut self) -> Result<u64> {
-        self.writer.flush()?;
-        let mut file: &File = self.writer.get_ref();
-        Ok(file.stream_position()?)
+        self.writer
+            .flush()
+            .and_then(|()| {
+                let mut file: &File = self.writer.get_ref();
+                file.stream_position()
+            })
+            .with_context(|| self.place.cannot_write())
     }
     fn finish(mut self: Box<Self>) -> Result<()> {
         if !self.header_written
@@ -192,7 +217,11 @@ impl RowSink for CsvSink {
         {
             self.write_header(&columns)?;
         }
-        let file = self.writer.into_inner().map_err(|e| e.into_error())?;
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .with_context(|| self.place.cannot_write())?;
         self.place.commit(file)
     }
     fn abandon(self: Box<Self>) {

@@ -3,12 +3,15 @@
 
 use super::csv_records::CsvRecords;
 use crate::config::{DataFile, Format};
+use crate::hashing::{ContentHash, HashingReader};
 use crate::types::{Row, RowError};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::time::UNIX_EPOCH;
 
 pub struct SourceRow {
     /// 0-based position among the source's rows.
@@ -66,6 +69,54 @@ pub fn scan_source(file: &DataFile) -> Result<Option<SourceScan>> {
         }
     }
     Ok(Some(scan))
+}
+
+/// A source file's size and modification time: what tells, on resume,
+/// whether it changed since a run began reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    pub size: u64,
+    /// Nanoseconds since the Unix epoch; none where the file system keeps no
+    /// modification time.
+    pub modified_ns: Option<i64>,
+}
+
+impl FileStamp {
+    pub fn of(path: &Path) -> Result<Self> {
+        let metadata = std::fs::metadata(path)
+            .with_context(|| format!("cannot read the metadata of {}", path.display()))?;
+        Ok(Self::from(&metadata))
+    }
+}
+
+impl From<&std::fs::Metadata> for FileStamp {
+    fn from(metadata: &std::fs::Metadata) -> Self {
+        let modified_ns = metadata
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_nanos()).ok());
+        Self {
+            size: metadata.len(),
+            modified_ns,
+        }
+    }
+}
+
+/// A source opened for a run: its rows, its stamp as it was opened, and the
+/// hash of its bytes, which is complete once the rows are read to the end.
+pub fn open_source_hashed(file: &DataFile) -> Result<(SourceReader, FileStamp, ContentHash)> {
+    let handle = File::open(&file.path)
+        .with_context(|| format!("cannot open source {}", file.path.display()))?;
+    let stamp = FileStamp::from(
+        &handle
+            .metadata()
+            .with_context(|| format!("cannot read the metadata of {}", file.path.display()))?,
+    );
+    let reader = HashingReader::new(handle);
+    let hash = reader.hash();
+    let rows = read_source(reader, file.format, &file.path.display().to_string())?;
+    Ok((rows, stamp, hash))
 }
 
 /// Rows from any reader; `name` stands for it in errors.

@@ -2,7 +2,7 @@
 //! row's whole story.
 
 use super::records::SinkPaths;
-use super::{SCHEMA_VERSION, lock::RunLock};
+use super::{OLDEST_READABLE_VERSION, SCHEMA_VERSION, lock::RunLock};
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeMap;
@@ -121,10 +121,10 @@ impl History {
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("cannot open the audit database {}", path.display()))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version != SCHEMA_VERSION {
+        if !(OLDEST_READABLE_VERSION..=SCHEMA_VERSION).contains(&version) {
             bail!(
-                "the audit database {} has schema version {version}; this weir reads version \
-                 {SCHEMA_VERSION}",
+                "the audit database {} has schema version {version}; this weir reads versions \
+                 {OLDEST_READABLE_VERSION} to {SCHEMA_VERSION}",
                 path.display()
             );
         }

@@ -14,22 +14,29 @@ pub use history::{
 pub use lock::RunLock;
 pub use records::*;
 pub use replay::Replay;
-pub use resume::{RecordedRun, ResumePoint};
+pub use resume::{RecordedRun, RecordedSource, ResumePoint};
 pub use writer::Totals;
 
+use crate::io::FileStamp;
 use anyhow::{Context, Result};
-use rusqlite::Connection;
-use std::path::Path;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use writer::Scope;
 
 /// Records sent but not yet written, at most; senders wait beyond it, which
 /// only happens if the disk cannot keep up.
 const QUEUE_DEPTH: usize = 100_000;
 
+/// How long a stopping run waits for the writer to commit what it was
+/// handed, before it counts what the database holds.
+const FLUSH_WAIT: Duration = Duration::from_secs(30);
+
 pub struct AuditLog {
+    path: PathBuf,
     scope: Scope,
     tx: Option<mpsc::SyncSender<Record>>,
     writer: Option<JoinHandle<Result<Connection>>>,
@@ -37,6 +44,9 @@ pub struct AuditLog {
     next_batch: AtomicU64,
     /// Set once a record could not be handed to the writer: it has stopped.
     broken: std::sync::atomic::AtomicBool,
+    /// Why the writer stopped, which it leaves here before it stops taking
+    /// records: the file and the operating system's error.
+    failure: Arc<Mutex<Option<String>>>,
     replay: Option<Replay>,
     lock: Option<RunLock>,
 }
@@ -53,7 +63,7 @@ impl AuditLog {
             segment: 1,
             payloads,
         };
-        Self::start(conn, scope, (1, 1), None, lock)
+        Self::start(path, conn, scope, (1, 1), None, lock)
     }
 
     /// Opens the database to carry on run `run_id` (or the latest unfinished
@@ -78,11 +88,12 @@ impl AuditLog {
             payloads,
         };
         let next = (point.next_state_id, point.next_batch_id);
-        let log = Self::start(conn, scope, next, Some(replay), lock)?;
+        let log = Self::start(path, conn, scope, next, Some(replay), lock)?;
         Ok((log, point))
     }
 
     fn start(
+        path: &Path,
         conn: Connection,
         scope: Scope,
         (next_state, next_batch): (u64, u64),
@@ -90,16 +101,32 @@ impl AuditLog {
         lock: RunLock,
     ) -> Result<Self> {
         let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
+        let failure = Arc::new(Mutex::new(None));
+        let slot = Arc::clone(&failure);
+        let db = path.to_path_buf();
         let writer = std::thread::Builder::new()
             .name("weir-audit".into())
-            .spawn(move || writer::run(conn, scope, rx))?;
+            .spawn(move || {
+                let written = writer::run(conn, scope, &rx).map_err(|e| {
+                    e.context(format!("cannot write the audit database {}", db.display()))
+                });
+                if let (Err(e), Ok(mut slot)) = (&written, slot.lock()) {
+                    *slot = Some(format!("{e:#}"));
+                }
+                // Only now do senders learn that the writer is gone: the
+                // cause is in place for them.
+                drop(rx);
+                written
+            })?;
         Ok(Self {
+            path: path.to_path_buf(),
             scope,
             tx: Some(tx),
             writer: Some(writer),
             next_state: AtomicU64::new(next_state),
             next_batch: AtomicU64::new(next_batch),
             broken: Default::default(),
+            failure,
             replay,
             lock: Some(lock),
         })
@@ -113,10 +140,17 @@ impl AuditLog {
         self.scope.segment
     }
 
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Marks the start of this process's work on the run, once the run is
-    /// known to be safe to carry on.
-    pub fn start_segment(&self, rows_skipped: u64) {
-        self.record(Record::SegmentStarted { rows_skipped });
+    /// known to be safe to carry on, with the source as it found it.
+    pub fn start_segment(&self, rows_skipped: u64, source: FileStamp) {
+        self.record(Record::SegmentStarted {
+            rows_skipped,
+            source,
+        });
     }
 
     pub fn new_state_id(&self) -> u64 {
@@ -135,17 +169,47 @@ impl AuditLog {
         }
     }
 
-    /// Fails once the writer has stopped, so a run never goes on writing
-    /// rows its audit trail cannot record. Why it stopped is logged when the
-    /// log is dropped.
+    /// Fails once the writer has stopped, naming the file and the
+    /// operating system's error, so a run never goes on writing rows its
+    /// audit trail cannot record.
     pub fn check_writing(&self) -> Result<()> {
+        if let Some(cause) = self.failure() {
+            anyhow::bail!("{cause}");
+        }
         if self.broken.load(Ordering::Relaxed) {
             anyhow::bail!(
-                "the audit database can no longer be written; the run stops so that no row goes \
-                 unrecorded"
+                "the audit database {} can no longer be written: its writer stopped",
+                self.path.display()
             );
         }
         Ok(())
+    }
+
+    /// Why the writer stopped, if it did: the file and the operating system's
+    /// error.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Source rows whose terminal outcome the database holds, once the writer
+    /// has committed what it was handed: what a stopped run keeps. None when
+    /// the database cannot be read.
+    pub fn committed_outcomes(&self) -> Option<u64> {
+        let (ack, done) = mpsc::sync_channel(1);
+        if let Some(tx) = &self.tx
+            && tx.send(Record::Flush(ack)).is_ok()
+        {
+            // A writer that failed drops the acknowledgement unsent.
+            let _ = done.recv_timeout(FLUSH_WAIT);
+        }
+        let conn =
+            Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+        conn.query_row(
+            "SELECT count(*) FROM row_outcomes WHERE run_id = ?1",
+            [self.scope.run],
+            |r| r.get(0),
+        )
+        .ok()
     }
 
     /// Keeps `body` under `sha256` when the run keeps payloads; `body` is
@@ -170,7 +234,9 @@ impl AuditLog {
         let conn = self
             .close()?
             .context("the audit writer had already stopped")?;
-        let totals = writer::finish(&conn, self.scope, &end)?;
+        let totals = writer::finish(&conn, self.scope, &end)
+            .map_err(|e| writer::with_os_error(&conn, e))
+            .with_context(|| format!("cannot write the audit database {}", self.path.display()))?;
         if let Some(lock) = self.lock.take() {
             lock.release();
         }
@@ -207,8 +273,7 @@ impl AuditLog {
                 handle.thread().unpark();
                 let conn = handle
                     .join()
-                    .map_err(|_| anyhow::anyhow!("the audit writer panicked"))?
-                    .context("writing the audit database")?;
+                    .map_err(|_| anyhow::anyhow!("the audit writer panicked"))??;
                 Ok(Some(conn))
             }
             None => Ok(None),
@@ -218,7 +283,10 @@ impl AuditLog {
 
 impl Drop for AuditLog {
     fn drop(&mut self) {
-        if let Err(e) = self.close() {
+        // A writer that failed left its cause for the run to report.
+        if let Err(e) = self.close()
+            && self.failure().is_none()
+        {
             tracing::error!("{e:#}");
         }
     }
@@ -238,54 +306,100 @@ pub fn open_database(path: &Path) -> Result<Connection> {
     // larger page cache keeps them from rereading pages.
     conn.pragma_update(None, "cache_size", -32_000)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    migrate(&conn, path)?;
-    check_schema_version(&conn, path)?;
+    upgrade_schema(&conn, path)?;
     conn.execute_batch(include_str!("schema.sql"))
         .with_context(|| format!("cannot set up the audit database {}", path.display()))?;
     conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     Ok(conn)
 }
 
-/// Bumped whenever `schema.sql` changes shape.
-pub const SCHEMA_VERSION: i64 = 4;
+/// Bumped whenever `schema.sql` changes shape; `MIGRATIONS` takes a database
+/// of an earlier version to it.
+pub const SCHEMA_VERSION: i64 = 5;
 
-/// Brings a database of an earlier schema up to this one, so its runs stay
-/// readable and resumable.
-fn migrate(conn: &Connection, path: &Path) -> Result<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version == 3 {
-        conn.execute_batch(
-            "BEGIN;
-             ALTER TABLE calls ADD COLUMN cost_usd REAL;
-             ALTER TABLE calls ADD COLUMN cost_estimated INTEGER;
-             ALTER TABLE calls ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;
-             ALTER TABLE runs ADD COLUMN cost_usd REAL;
-             ALTER TABLE runs ADD COLUMN shard TEXT;
-             PRAGMA user_version = 4;
-             COMMIT;",
-        )
-        .with_context(|| format!("cannot bring {} to schema version 4", path.display()))?;
+/// The oldest schema a run can upgrade (`MIGRATIONS` starts there).
+pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
+
+/// The oldest schema `weir runs` and `weir explain` read as it is, without
+/// upgrading it: every column they read was there by then.
+pub const OLDEST_READABLE_VERSION: i64 = 4;
+
+/// What takes a database from version N to N + 1, by N. Each only adds:
+/// what an older weir wrote stays as it was.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        3,
+        "ALTER TABLE calls ADD COLUMN cost_usd REAL;
+         ALTER TABLE calls ADD COLUMN cost_estimated INTEGER;
+         ALTER TABLE calls ADD COLUMN cached INTEGER NOT NULL DEFAULT 0;
+         ALTER TABLE runs ADD COLUMN cost_usd REAL;
+         ALTER TABLE runs ADD COLUMN shard TEXT;",
+    ),
+    (
+        4,
+        "ALTER TABLE segments ADD COLUMN source_size INTEGER;
+         ALTER TABLE segments ADD COLUMN source_mtime_ns INTEGER;
+         ALTER TABLE segments ADD COLUMN source_sha256 TEXT;",
+    ),
+];
+
+/// Brings a database made by an earlier weir up to this schema, one version
+/// at a time. A database of a version it does not know (a newer weir's, or
+/// one too old) is refused rather than half-written.
+fn upgrade_schema(conn: &Connection, path: &Path) -> Result<()> {
+    loop {
+        // Another process may be upgrading the same file: the version is
+        // read again inside the transaction that changes it.
+        let tx =
+            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+        let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let tables: i64 = tx.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )?;
+        if tables == 0 || version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        let Some((_, sql)) = MIGRATIONS.iter().find(|(from, _)| *from == version) else {
+            anyhow::bail!(
+                "the audit database {} has schema version {version}, this weir writes version \
+                 {SCHEMA_VERSION} and can upgrade versions {OLDEST_UPGRADABLE_VERSION} and later; \
+                 move it aside or set `audit.path` to a new file",
+                path.display()
+            );
+        };
+        tx.execute_batch(sql).with_context(|| {
+            format!(
+                "cannot upgrade the audit database {} from schema version {version}",
+                path.display()
+            )
+        })?;
+        tx.pragma_update(None, "user_version", version + 1)?;
+        tx.commit()?;
     }
-    Ok(())
 }
 
-/// A database made by another version of the schema is refused rather than
-/// half-written.
-fn check_schema_version(conn: &Connection, path: &Path) -> Result<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let tables: i64 = conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-        [],
-        |r| r.get(0),
-    )?;
-    if tables > 0 && version != SCHEMA_VERSION {
-        anyhow::bail!(
-            "the audit database {} has schema version {version}, this weir writes version \
-             {SCHEMA_VERSION}; move it aside or set `audit.path` to a new file",
-            path.display()
-        );
-    }
-    Ok(())
+/// `YYYY-MM-DD HH:MM:SS` in UTC, of milliseconds since the Unix epoch.
+pub fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 pub fn now_ms() -> i64 {
@@ -297,6 +411,13 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_795_255_445_000), "2026-11-21 10:04:05");
+    }
 
     fn new_run() -> NewRun {
         NewRun {
@@ -325,6 +446,119 @@ mod tests {
         }
     }
 
+    fn stamp() -> FileStamp {
+        FileStamp {
+            size: 10,
+            modified_ns: Some(1),
+        }
+    }
+
+    /// What weir wrote before schema 5: the segments had no source columns.
+    fn make_version_4(path: &Path) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE segments DROP COLUMN source_size;
+             ALTER TABLE segments DROP COLUMN source_mtime_ns;
+             ALTER TABLE segments DROP COLUMN source_sha256;
+             PRAGMA user_version = 4;",
+        )
+        .unwrap();
+    }
+
+    /// A database as weir wrote it at schema 3 (its DDL kept as it was),
+    /// holding one run that a killed process left after one segment.
+    fn make_version_3(path: &Path) {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(include_str!("testdata/schema-v3.sql"))
+            .unwrap();
+        conn.execute_batch(
+            "INSERT INTO runs (pipeline_path, config_sha256, source_path, sinks_json,
+                               weir_version, started_at_ms, status)
+             VALUES ('/p.yaml', 'c', 'in.csv', '{\"sinks\":[\"out.csv\"],\"on_error\":[]}',
+                     '0.1.0', 1, 'running');
+             INSERT INTO segments (run_id, segment, started_at_ms, status, rows_skipped)
+             VALUES (1, 1, 1, 'running', 0);
+             PRAGMA user_version = 3;",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_version_3_database_is_upgraded_one_version_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        make_version_3(&path);
+        let (log, point) = AuditLog::resume(&path, None, "/p.yaml", true).unwrap();
+        assert_eq!(point.segment, 2);
+        drop(log);
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        conn.query_row(
+            "SELECT r.shard, c.cost_usd, s.source_sha256 FROM runs r, segments s
+             LEFT JOIN calls c ON 0",
+            [],
+            |_| Ok(()),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_version_4_database_is_upgraded_and_its_runs_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        let log = AuditLog::create(&path, new_run(), false).unwrap();
+        log.start_segment(0, stamp());
+        drop(log);
+        make_version_4(&path);
+
+        let (log, point) = AuditLog::resume(&path, None, "/p.yaml", true).unwrap();
+        assert_eq!(point.segment, 2);
+        // Segment 1 was written by a weir that kept no stamp of the source.
+        assert!(point.run.source.is_none());
+        log.start_segment(0, stamp());
+        log.record(Record::SourceRead {
+            sha256: "abc".into(),
+        });
+        drop(log);
+        let conn = Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let kept: (i64, i64, String) = conn
+            .query_row(
+                "SELECT source_size, source_mtime_ns, source_sha256 FROM segments WHERE segment = 2",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, (10, 1, "abc".to_string()));
+    }
+
+    #[test]
+    fn a_database_of_an_unknown_version_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        drop(AuditLog::create(&path, new_run(), false).unwrap());
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 2)
+            .unwrap();
+        let error = AuditLog::create(&path, new_run(), false).err().unwrap();
+        assert!(
+            format!("{error:#}").contains("has schema version 2"),
+            "{error:#}"
+        );
+        let version: i64 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+    }
+
     fn end() -> RunEnd {
         RunEnd {
             summary_json: "[]".into(),
@@ -338,7 +572,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.sqlite");
         let log = AuditLog::create(&path, new_run(), false).unwrap();
-        log.start_segment(0);
+        log.start_segment(0, stamp());
         for row_index in 0..3 {
             log.record(Record::Row(RowRecord {
                 row_index,
@@ -372,7 +606,7 @@ mod tests {
         assert_eq!(point.done.len(), 2);
         assert!(!point.done.contains(&1));
         assert_eq!(point.checkpoints["out.csv"], 42);
-        log.start_segment(2);
+        log.start_segment(2, stamp());
         log.record(Record::Commit(CommitRecord {
             outcomes: vec![outcome(1)],
             checkpoints: vec![("out.csv".into(), 50)],

@@ -1,5 +1,6 @@
 //! What the host tells the audit trail, one variant per table.
 
+use crate::io::FileStamp;
 use std::sync::Arc;
 
 /// JSON the audit trail records by its canonical hash. The writer thread
@@ -178,8 +179,25 @@ pub enum Record {
     Payload(PayloadRecord),
     EndpointEvent(EndpointEventRecord),
     /// This process starts its segment of the run, after these many rows
-    /// were already ended by earlier ones.
+    /// were already ended by earlier ones, and finds the source so.
     SegmentStarted {
         rows_skipped: u64,
+        source: FileStamp,
     },
+    /// This segment read the whole source; the hash of its bytes.
+    SourceRead {
+        sha256: String,
+    },
+    /// This segment found a row the run had read differ, and stopped: the
+    /// source it saw is not one the run can carry on from.
+    SourceRefused,
+    /// The run carries on from a source that changed (`--allow-changed-source`):
+    /// rows without an outcome are forgotten, and recorded again as they are
+    /// read now.
+    SourceReplaced,
+    /// Recorded paths that now go by another name (a relative path an older
+    /// weir recorded, now absolute): old, new.
+    PathsRenamed(Vec<(String, String)>),
+    /// Commit what came before, then acknowledge.
+    Flush(std::sync::mpsc::SyncSender<()>),
 }

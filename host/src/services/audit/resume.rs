@@ -2,6 +2,7 @@
 //! process can carry the run on where they stopped.
 
 use super::records::{EndpointRecord, NodeRecord, SinkPaths};
+use crate::io::FileStamp;
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::{HashMap, HashSet};
@@ -14,6 +15,16 @@ pub struct RecordedRun {
     pub sinks: SinkPaths,
     pub nodes: Vec<NodeRecord>,
     pub endpoints: Vec<EndpointRecord>,
+    /// The source as the latest segment that recorded it found it; none for
+    /// a run recorded before weir kept it.
+    pub source: Option<RecordedSource>,
+}
+
+pub struct RecordedSource {
+    pub segment: u32,
+    pub stamp: FileStamp,
+    /// Of the whole file, when that segment read it to the end.
+    pub sha256: Option<String>,
 }
 
 pub struct ResumePoint {
@@ -93,6 +104,7 @@ pub fn load(conn: &Connection, run_id: i64) -> Result<ResumePoint> {
         sinks: serde_json::from_str(&sinks_json).context("runs.sinks_json")?,
         nodes: nodes(conn, run_id)?,
         endpoints: endpoints(conn, run_id)?,
+        source: recorded_source(conn, run_id)?,
     };
     let segment: u32 = conn.query_row(
         "SELECT coalesce(max(segment), 0) + 1 FROM segments WHERE run_id = ?1",
@@ -128,6 +140,26 @@ pub fn load(conn: &Connection, run_id: i64) -> Result<ResumePoint> {
         next_batch_id: next_id("batches", "batch_id")?,
         run,
     })
+}
+
+fn recorded_source(conn: &Connection, run_id: i64) -> Result<Option<RecordedSource>> {
+    Ok(conn
+        .query_row(
+            "SELECT segment, source_size, source_mtime_ns, source_sha256 FROM segments
+             WHERE run_id = ?1 AND source_size IS NOT NULL ORDER BY segment DESC LIMIT 1",
+            [run_id],
+            |r| {
+                Ok(RecordedSource {
+                    segment: r.get(0)?,
+                    stamp: FileStamp {
+                        size: r.get(1)?,
+                        modified_ns: r.get(2)?,
+                    },
+                    sha256: r.get(3)?,
+                })
+            },
+        )
+        .optional()?)
 }
 
 fn nodes(conn: &Connection, run_id: i64) -> Result<Vec<NodeRecord>> {

@@ -8,10 +8,12 @@
 
 CREATE TABLE IF NOT EXISTS runs (
     run_id          INTEGER PRIMARY KEY,
-    pipeline_path   TEXT NOT NULL,
+    pipeline_path   TEXT NOT NULL,      -- absolute
     config_sha256   TEXT NOT NULL,      -- of the pipeline file as written (before ${VAR} interpolation)
+    -- Absolute since schema 5; a run recorded before may name them relative
+    -- to the directory it was started from.
     source_path     TEXT NOT NULL,
-    sinks_json      TEXT NOT NULL,      -- JSON array of sink paths, on_error sinks last
+    sinks_json      TEXT NOT NULL,      -- {"sinks": [paths], "on_error": [paths]}
     weir_version    TEXT NOT NULL,
     started_at_ms   INTEGER NOT NULL,
     finished_at_ms  INTEGER,
@@ -35,6 +37,11 @@ CREATE TABLE IF NOT EXISTS segments (
     status          TEXT NOT NULL,      -- running | finished
     rows_skipped    INTEGER NOT NULL,   -- rows earlier segments had already ended
     calls_replayed  INTEGER,            -- answers taken from payloads instead of the network
+    -- The source as this segment found it, so a resume can tell whether it
+    -- changed since. NULL when the segment was refused for a changed row.
+    source_size      INTEGER,           -- bytes, when the segment opened it
+    source_mtime_ns  INTEGER,           -- modification time then, in nanoseconds since the epoch
+    source_sha256    TEXT,              -- of the whole file; set once the segment read it to the end
     PRIMARY KEY (run_id, segment)
 );
 

@@ -77,17 +77,33 @@ fn keep_payload(tx: &Transaction, run: i64, sha256: &str, body: &str) -> Result<
 }
 
 /// Writes until every sender is gone, then hands the connection back so the
-/// run's end can be checked against what was written.
-pub fn run(mut conn: Connection, scope: Scope, rx: Receiver<Record>) -> Result<Connection> {
+/// run's end can be checked against what was written. An error names the
+/// operating system's cause where SQLite knows it (a full disk).
+pub fn run(mut conn: Connection, scope: Scope, rx: &Receiver<Record>) -> Result<Connection> {
+    match write_all(&mut conn, scope, rx) {
+        Ok(()) => Ok(conn),
+        Err(e) => Err(with_os_error(&conn, e)),
+    }
+}
+
+fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Result<()> {
     while let Ok(first) = rx.recv() {
         let tx = conn.transaction()?;
-        write(&tx, scope, first)?;
+        let mut acks = Vec::new();
+        let mut take = |record| match record {
+            Record::Flush(ack) => {
+                acks.push(ack);
+                Ok(())
+            }
+            record => write(&tx, scope, record),
+        };
+        take(first)?;
         let mut written = 1;
         let mut open = true;
         while written < BATCH {
             match rx.try_recv() {
                 Ok(record) => {
-                    write(&tx, scope, record)?;
+                    take(record)?;
                     written += 1;
                 }
                 Err(TryRecvError::Empty) => break,
@@ -99,6 +115,9 @@ pub fn run(mut conn: Connection, scope: Scope, rx: Receiver<Record>) -> Result<C
             }
         }
         tx.commit()?;
+        for ack in acks {
+            let _ = ack.try_send(());
+        }
         if !open {
             break;
         }
@@ -108,8 +127,39 @@ pub fn run(mut conn: Connection, scope: Scope, rx: Receiver<Record>) -> Result<C
             std::thread::park_timeout(LINGER);
         }
     }
-    Ok(conn)
+    Ok(())
 }
+
+/// SQLite says "database or disk is full"; the operating system's error
+/// behind it says which file system, in the words the other errors use.
+pub fn with_os_error(conn: &Connection, error: anyhow::Error) -> anyhow::Error {
+    let Some(rusqlite::Error::SqliteFailure(failure, _)) = error.downcast_ref::<rusqlite::Error>()
+    else {
+        return error;
+    };
+    let os = match failure.code {
+        // SQLite's Unix file layer answers a failed write with SQLITE_FULL
+        // only when the system said ENOSPC (or wrote short, which is how a
+        // full disk shows), and keeps no errno for it.
+        #[cfg(unix)]
+        rusqlite::ErrorCode::DiskFull => std::io::Error::from_raw_os_error(ENOSPC),
+        _ => {
+            // SAFETY: the handle is this open connection's, used on the
+            // thread that owns it; sqlite3_system_errno only reads the error
+            // number its last failed call left.
+            let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+            if errno == 0 {
+                return error;
+            }
+            std::io::Error::from_raw_os_error(errno)
+        }
+    };
+    anyhow::anyhow!("{os} (SQLite: {error})")
+}
+
+/// "No space left on device" on Linux, macOS and the BSDs.
+#[cfg(unix)]
+const ENOSPC: i32 = 28;
 
 fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
     let Scope { run, segment, .. } = scope;
@@ -238,17 +288,85 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
             }
         }
         Record::Payload(p) => keep_payload(tx, run, &p.sha256, &p.body)?,
-        Record::SegmentStarted { rows_skipped } => {
+        Record::SegmentStarted {
+            rows_skipped,
+            source,
+        } => {
             tx.prepare_cached(
-                "INSERT INTO segments (run_id, segment, started_at_ms, status, rows_skipped)
-                 VALUES (?1, ?2, ?3, 'running', ?4)",
+                "INSERT INTO segments (run_id, segment, started_at_ms, status, rows_skipped,
+                                       source_size, source_mtime_ns)
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6)",
             )?
-            .execute(params![run, segment, super::now_ms(), rows_skipped])?;
+            .execute(params![
+                run,
+                segment,
+                super::now_ms(),
+                rows_skipped,
+                source.size,
+                source.modified_ns
+            ])?;
         }
+        Record::SourceRead { sha256 } => {
+            tx.prepare_cached(
+                "UPDATE segments SET source_sha256 = ?3 WHERE run_id = ?1 AND segment = ?2",
+            )?
+            .execute(params![run, segment, sha256])?;
+        }
+        Record::SourceRefused => {
+            tx.prepare_cached(
+                "UPDATE segments SET source_size = NULL, source_mtime_ns = NULL,
+                 source_sha256 = NULL WHERE run_id = ?1 AND segment = ?2",
+            )?
+            .execute(params![run, segment])?;
+        }
+        Record::SourceReplaced => {
+            tx.prepare_cached(
+                "DELETE FROM rows WHERE run_id = ?1 AND NOT EXISTS
+                 (SELECT 1 FROM row_outcomes o WHERE o.run_id = rows.run_id
+                  AND o.row_index = rows.row_index)",
+            )?
+            .execute(params![run])?;
+        }
+        Record::PathsRenamed(renames) => rename_paths(tx, run, &renames)?,
+        // Acknowledged by `run` once its transaction is committed.
+        Record::Flush(_) => {}
         Record::EndpointEvent(e) => {
             tx.prepare_cached("INSERT INTO endpoint_events VALUES (?1, ?2, ?3, ?4, ?5)")?
                 .execute(params![run, e.endpoint, e.at_ms, e.event, e.detail])?;
         }
+    }
+    Ok(())
+}
+
+/// Gives the run's recorded files their new names everywhere they appear.
+fn rename_paths(tx: &Transaction, run: i64, renames: &[(String, String)]) -> Result<()> {
+    let (source, sinks_json): (String, String) = tx.query_row(
+        "SELECT source_path, sinks_json FROM runs WHERE run_id = ?1",
+        [run],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let renamed = |path: &String| {
+        renames
+            .iter()
+            .find(|(old, _)| old == path)
+            .map_or_else(|| path.clone(), |(_, new)| new.clone())
+    };
+    let mut sinks: SinkPaths = serde_json::from_str(&sinks_json)?;
+    sinks.sinks = sinks.sinks.iter().map(renamed).collect();
+    sinks.on_error = sinks.on_error.iter().map(renamed).collect();
+    tx.execute(
+        "UPDATE runs SET source_path = ?2, sinks_json = ?3 WHERE run_id = ?1",
+        params![run, renamed(&source), serde_json::to_string(&sinks)?],
+    )?;
+    for (old, new) in renames {
+        tx.execute(
+            "UPDATE sink_checkpoints SET path = ?3 WHERE run_id = ?1 AND path = ?2",
+            params![run, old, new],
+        )?;
+        tx.execute(
+            "UPDATE row_outcomes SET error_sink = ?3 WHERE run_id = ?1 AND error_sink = ?2",
+            params![run, old, new],
+        )?;
     }
     Ok(())
 }

@@ -1,0 +1,185 @@
+-- weir audit database. One file holds many runs; every table is keyed by run.
+-- Tables written once per row or call are WITHOUT ROWID: one B-tree each
+-- instead of a table and its key's index. Payloads are the exception: their
+-- bodies are large and their keys random, which suits a rowid table.
+-- Hashes are SHA-256 hex, over RFC 8785 canonical JSON where the data is JSON.
+-- Times are milliseconds since the Unix epoch. Secrets are never stored: an
+-- endpoint's API key appears only as a fingerprint. AUDIT.md describes it all.
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          INTEGER PRIMARY KEY,
+    pipeline_path   TEXT NOT NULL,
+    config_sha256   TEXT NOT NULL,      -- of the pipeline file as written (before ${VAR} interpolation)
+    source_path     TEXT NOT NULL,
+    sinks_json      TEXT NOT NULL,      -- JSON array of sink paths, on_error sinks last
+    weir_version    TEXT NOT NULL,
+    started_at_ms   INTEGER NOT NULL,
+    finished_at_ms  INTEGER,
+    status          TEXT NOT NULL,      -- running | completed | completed_with_failures | incomplete
+    rows_total      INTEGER,
+    rows_completed  INTEGER,
+    rows_failed     INTEGER,
+    outcomes_json   TEXT,               -- rows per terminal outcome
+    summary_json    TEXT                -- per-endpoint statistics (calls, retries, limit over time, …)
+);
+
+-- One per process that worked on the run: the first `weir run`, then each
+-- resume. A segment left `running` was killed.
+CREATE TABLE IF NOT EXISTS segments (
+    run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+    segment         INTEGER NOT NULL,   -- 1 for the first process
+    started_at_ms   INTEGER NOT NULL,
+    finished_at_ms  INTEGER,
+    status          TEXT NOT NULL,      -- running | finished
+    rows_skipped    INTEGER NOT NULL,   -- rows earlier segments had already ended
+    calls_replayed  INTEGER,            -- answers taken from payloads instead of the network
+    PRIMARY KEY (run_id, segment)
+);
+
+CREATE TABLE IF NOT EXISTS nodes (
+    run_id            INTEGER NOT NULL REFERENCES runs(run_id),
+    node_id           INTEGER NOT NULL,   -- position in `transforms:`
+    name              TEXT NOT NULL,
+    component         TEXT NOT NULL,      -- built-in name or path
+    component_sha256  TEXT NOT NULL,
+    wit_version       TEXT NOT NULL,
+    options_sha256    TEXT NOT NULL,
+    output_fields     TEXT NOT NULL,      -- JSON array
+    PRIMARY KEY (run_id, node_id)
+);
+
+CREATE TABLE IF NOT EXISTS endpoints (
+    run_id              INTEGER NOT NULL REFERENCES runs(run_id),
+    name                TEXT NOT NULL,
+    kind                TEXT NOT NULL,
+    url                 TEXT NOT NULL,
+    secret_fingerprint  TEXT,             -- identifies the API key without revealing it
+    settings_json       TEXT NOT NULL,    -- pool size, timeouts, retry budget
+    PRIMARY KEY (run_id, name)
+);
+
+CREATE TABLE IF NOT EXISTS rows (
+    run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+    row_index       INTEGER NOT NULL,     -- 0-based order in the source
+    source_line     INTEGER NOT NULL,     -- 1-based line where the row starts
+    content_sha256  TEXT NOT NULL,
+    PRIMARY KEY (run_id, row_index)
+) WITHOUT ROWID;
+
+-- One per row per node attempt: a row that a killed segment left unfinished
+-- gets another state in the segment that resumes it.
+CREATE TABLE IF NOT EXISTS node_states (
+    run_id          INTEGER NOT NULL REFERENCES runs(run_id),
+    state_id        INTEGER NOT NULL,
+    row_index       INTEGER NOT NULL,
+    node_id         INTEGER NOT NULL,
+    segment         INTEGER NOT NULL,
+    attempt         INTEGER NOT NULL,
+    status          TEXT NOT NULL,        -- completed | failed
+    input_sha256    TEXT NOT NULL,
+    output_sha256   TEXT,
+    error_code      TEXT,
+    error_message   TEXT,
+    batch_id        INTEGER,              -- the batch it went through the node in
+    started_at_ms   INTEGER NOT NULL,
+    duration_ms     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, state_id)
+) WITHOUT ROWID;
+
+-- Named values a guest attached to a node state (template_hash, variables_hash, …).
+CREATE TABLE IF NOT EXISTS node_state_attributes (
+    run_id    INTEGER NOT NULL,
+    state_id  INTEGER NOT NULL,
+    key       TEXT NOT NULL,
+    value     TEXT NOT NULL,
+    PRIMARY KEY (run_id, state_id, key)
+) WITHOUT ROWID;
+
+-- Every attempt of every external call. A call whose node state is missing
+-- was under way when its process was killed.
+CREATE TABLE IF NOT EXISTS calls (
+    run_id             INTEGER NOT NULL,
+    state_id           INTEGER NOT NULL,
+    row_index          INTEGER NOT NULL,  -- the row whose node state made it
+    node_id            INTEGER NOT NULL,
+    call_index         INTEGER NOT NULL,  -- unique within the node state, in order of issue
+    endpoint           TEXT NOT NULL,
+    request_index      INTEGER NOT NULL,  -- which logical request of the state this attempt serves
+    attempt            INTEGER NOT NULL,  -- 1 for the first try of a request
+    request_sha256     TEXT NOT NULL,
+    response_sha256    TEXT,
+    status             INTEGER,           -- HTTP status, NULL when no answer arrived
+    error              TEXT,              -- transport error or timeout
+    retry_cause        TEXT,              -- capacity | transient, when this attempt was retried
+    latency_ms         INTEGER NOT NULL,
+    prompt_tokens      INTEGER,
+    completion_tokens  INTEGER,
+    started_at_ms      INTEGER NOT NULL,
+    replayed           INTEGER NOT NULL,  -- 1: answered from the payload an earlier segment recorded, not sent
+    -- Keyed by row first, so a row's calls are found without another index.
+    PRIMARY KEY (run_id, row_index, state_id, call_index)
+) WITHOUT ROWID;
+
+-- Rows a batching node gave its component together (`batch:` on a transform).
+CREATE TABLE IF NOT EXISTS batches (
+    run_id    INTEGER NOT NULL,
+    batch_id  INTEGER NOT NULL,
+    node_id   INTEGER NOT NULL,
+    mode      TEXT NOT NULL,              -- passthrough | transform
+    size      INTEGER NOT NULL,           -- member rows
+    PRIMARY KEY (run_id, batch_id)
+);
+
+CREATE TABLE IF NOT EXISTS batch_members (
+    run_id     INTEGER NOT NULL,
+    batch_id   INTEGER NOT NULL,
+    row_index  INTEGER NOT NULL,
+    PRIMARY KEY (run_id, batch_id, row_index)
+) WITHOUT ROWID;
+
+-- Exactly one per source row.
+CREATE TABLE IF NOT EXISTS row_outcomes (
+    run_id         INTEGER NOT NULL,
+    row_index      INTEGER NOT NULL,
+    outcome        TEXT NOT NULL,         -- completed | failed | quarantined | discarded | consumed_in_batch
+    node_id        INTEGER,               -- where it failed
+    error_code     TEXT,
+    error_message  TEXT,
+    rows_written   INTEGER NOT NULL,      -- output rows written to each sink
+    batch_id       INTEGER,               -- the transform batch that consumed it
+    error_sink     TEXT,                  -- the on_error sink it was written to
+    segment        INTEGER NOT NULL,
+    PRIMARY KEY (run_id, row_index)
+) WITHOUT ROWID;
+
+-- How far each sink file is known good: the bytes written for the rows whose
+-- outcomes are committed. Updated in the same transaction as those outcomes,
+-- so a resume cuts the file back to here and carries on.
+CREATE TABLE IF NOT EXISTS sink_checkpoints (
+    run_id       INTEGER NOT NULL,
+    path         TEXT NOT NULL,
+    byte_offset  INTEGER NOT NULL,
+    PRIMARY KEY (run_id, path)
+) WITHOUT ROWID;
+
+-- Bodies by hash: source rows (rows.content_sha256), node outputs
+-- (node_states.output_sha256), requests and responses (calls.*_sha256).
+-- Optional (`audit.payloads: false`) and purgeable (`weir purge RUN`); the
+-- hashes elsewhere stay. A resume answers a request from here instead of
+-- sending it again.
+CREATE TABLE IF NOT EXISTS payloads (
+    run_id  INTEGER NOT NULL,
+    sha256  TEXT NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (run_id, sha256)
+);
+
+-- Changes of an endpoint's state: its circuit breaker opening, half-opening
+-- for a probe, closing again.
+CREATE TABLE IF NOT EXISTS endpoint_events (
+    run_id    INTEGER NOT NULL,
+    endpoint  TEXT NOT NULL,
+    at_ms     INTEGER NOT NULL,
+    event     TEXT NOT NULL,          -- breaker_open | breaker_half_open | breaker_closed
+    detail    TEXT NOT NULL
+);
