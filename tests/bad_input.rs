@@ -420,7 +420,7 @@ async fn durations_and_sizes_beyond_sense_are_refused_at_their_line() {
         ),
         (
             node("limits:\n      memory_mb: 1000000"),
-            "p.yaml:14: limits.memory_mb must be from 1 to 4096",
+            "p.yaml:14: limits.memory_mb must be at most 4096",
         ),
     ];
     for (yaml, expect) in cases {

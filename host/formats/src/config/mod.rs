@@ -113,22 +113,31 @@ fn limits_of(spec: &model::LimitsSpec) -> GuestLimits {
 
 fn check_limits(file: &PipelineFile, key: &str, spec: &model::LimitsSpec) -> Result<GuestLimits> {
     let at = |field: &str, msg: &str| file.error_at(&["transforms", key, "limits", field], msg);
+    if spec.cpu_ms_per_call == 0 {
+        return Err(at(
+            "cpu_ms_per_call",
+            "limits.cpu_ms_per_call must be at least 1",
+        ));
+    }
     let max_cpu_ms = MAX_SECONDS as u64 * 1000;
-    if !(1..=max_cpu_ms).contains(&spec.cpu_ms_per_call) {
+    if spec.cpu_ms_per_call > max_cpu_ms {
         return Err(at(
             "cpu_ms_per_call",
             &format!(
-                "limits.cpu_ms_per_call must be from 1 to {max_cpu_ms} (one year); got {}",
+                "limits.cpu_ms_per_call must be at most {max_cpu_ms} (one year); got {}",
                 spec.cpu_ms_per_call
             ),
         ));
     }
-    if !(1..=MAX_GUEST_MB).contains(&spec.memory_mb) {
+    if spec.memory_mb == 0 {
+        return Err(at("memory_mb", "limits.memory_mb must be at least 1"));
+    }
+    if spec.memory_mb > MAX_GUEST_MB {
         return Err(at(
             "memory_mb",
             &format!(
-                "limits.memory_mb must be from 1 to {MAX_GUEST_MB} (a component's memory holds \
-                 at most 4 GiB); got {}",
+                "limits.memory_mb must be at most {MAX_GUEST_MB} (a component's memory holds at \
+                 most 4 GiB); got {}",
                 spec.memory_mb
             ),
         ));
