@@ -138,7 +138,7 @@ async fn limits_are_checked_where_they_are_written() {
     let out = weir(&["validate", p.to_str().unwrap()], &[]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("p.yaml:7: limits.cpu_ms_per_call must be from 1 to"),
+        stderr(&out).contains("p.yaml:7: limits.cpu_ms_per_call must be at least 1"),
         "{}",
         stderr(&out)
     );
