@@ -441,7 +441,8 @@ async fn weir_in(dir: &Path, args: &[&str], base_url: &str) -> std::process::Out
 }
 
 /// Every row of `source()` exactly once: answered in `out`, or refused into
-/// `failed`, each with its own values.
+/// `failed`, each with its own values. (A run that sets rows aside this way
+/// exits 2.)
 fn assert_every_row_once(ws: &Workspace, out: &str, failed: &str) {
     let mut seen = vec![0; ROWS];
     for row in read_jsonl(ws, out) {
@@ -508,7 +509,7 @@ async fn a_run_started_with_relative_paths_resumes_from_any_directory() {
                 _ => (elsewhere, vec!["resume", "1", "--audit", db]),
             };
             let out = weir_in(&dir, &args, &base_url).await;
-            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
             assert_every_row_once(&ws, "sub/out.jsonl", "sub/failed.jsonl");
         }
     };
@@ -586,7 +587,7 @@ async fn a_run_an_older_weir_recorded_with_relative_paths_resumes_from_its_direc
     // with absolute paths from then on.
     let args = ["run", "sub/p.yaml", "--audit", "sub/a.sqlite", "--resume"];
     let out = weir_in(&ws.path(""), &args, &base_url).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_every_row_once(&ws, "sub/out.jsonl", "sub/failed.jsonl");
     let conn = Connection::open(&db).unwrap();
     let (source, status): (String, String) = conn
@@ -595,7 +596,7 @@ async fn a_run_an_older_weir_recorded_with_relative_paths_resumes_from_its_direc
         })
         .unwrap();
     assert_eq!(source, root.join("sub/rows.jsonl").display().to_string());
-    assert_eq!(status, "completed");
+    assert_eq!(status, "completed_with_failures");
     let relative_left: i64 = conn
         .query_row(
             "SELECT (SELECT count(*) FROM sink_checkpoints WHERE path NOT LIKE '/%')
@@ -773,7 +774,7 @@ async fn a_same_size_edit_that_kept_the_modification_time_is_noticed_by_the_cont
     let db_arg = db.to_str().unwrap();
     let args = ["resume", "1", "--audit", db_arg, "--allow-changed-source"];
     let out = weir_in(&ws.path(""), &args, &base_url).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let rows = read_jsonl(&ws, "out.jsonl");
     let row = rows
         .iter()
