@@ -4,10 +4,12 @@
 //! - [`io`]: CSV and JSON Lines row sources and sinks;
 //! - [`fixtures`]: the `weir test` fixtures file;
 //! - [`types`]: rows and row errors;
-//! - [`hashing`]: the hashes the audit trail records.
+//! - [`hashing`]: the hashes the audit trail records;
+//! - [`terminal`]: text from guests and endpoints made safe to print.
 
 pub mod config;
 pub mod fixtures;
 pub mod hashing;
 pub mod io;
+pub mod terminal;
 pub mod types;
