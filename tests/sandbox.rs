@@ -7,6 +7,8 @@ mod common;
 use common::*;
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::process::Output;
+use std::time::Duration;
 use weir_test_llm_server::{Script, TestLlmServer};
 
 const CHAOS: &str = concat!(
@@ -173,4 +175,338 @@ async fn a_guest_cannot_reach_an_endpoint_its_node_was_not_granted() {
         "{summary}"
     );
     assert!(server.served().is_empty(), "nothing reached the server");
+}
+
+fn write_rows(ws: &Workspace, rows: &[serde_json::Value]) {
+    let source: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    ws.write("rows.jsonl", &source);
+}
+
+#[tokio::test]
+async fn a_guest_log_flood_is_cut_at_its_cap_with_one_counted_mark() {
+    let ws = Workspace::new();
+    // 1 MB of log lines from one row, against a cap of 16 KiB a row.
+    write_rows(
+        &ws,
+        &[
+            json!({"id": 0, "act": "log", "size": 10_000, "count": 100}),
+            json!({"id": 1}),
+            json!({"id": 2, "act": "log", "text": "a line that fits"}),
+        ],
+    );
+    let p = ws.write(
+        "p.yaml",
+        &pipeline("    limits:\n      log_kb_per_row: 16\n"),
+    );
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.len() < 32 << 10,
+        "{} bytes of stderr for 16 KiB of log",
+        err.len()
+    );
+    assert_eq!(
+        err.matches("truncated: the component logged").count(),
+        1,
+        "{err:.2000}"
+    );
+    assert!(
+        err.contains(
+            "the component logged 983616 bytes more than limits.log_kb_per_row allows \
+             (16 KiB a row; rows in this call: 1); they were dropped"
+        ),
+        "{err:.2000}"
+    );
+    assert!(
+        err.contains("a line that fits"),
+        "other rows keep their log"
+    );
+    assert!(
+        err.contains("  truncated 1 rows: guest log lines or attachments beyond"),
+        "the summary counts the row: {err:.2000}"
+    );
+    assert_eq!(read_jsonl(&ws, "out.jsonl").len(), 3);
+}
+
+#[tokio::test]
+async fn a_guest_attachment_flood_is_cut_at_its_cap_and_the_audit_database_stays_small() {
+    let ws = Workspace::new();
+    // Each of two rows attaches 100 values of 100 kB: 20 MB in all, against
+    // a cap of 256 KiB a row.
+    write_rows(
+        &ws,
+        &[
+            json!({"id": 0, "act": "attach", "size": 100_000, "count": 100}),
+            json!({"id": 1}),
+            json!({"id": 2, "act": "attach", "size": 100_000, "count": 100}),
+        ],
+    );
+    let p = ws.write(
+        "p.yaml",
+        &pipeline("    limits:\n      attach_kb_per_row: 256\n"),
+    );
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("  truncated 2 rows: guest log lines or attachments beyond"),
+        "{}",
+        stderr(&out)
+    );
+
+    let database_bytes: u64 = ["", "-wal", "-shm"]
+        .iter()
+        .filter_map(|end| std::fs::metadata(ws.path(&format!("weir-audit.sqlite{end}"))).ok())
+        .map(|m| m.len())
+        .sum();
+    assert!(
+        database_bytes < 2 << 20,
+        "the audit database holds {database_bytes} bytes after a 20 MB flood"
+    );
+
+    let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let marks: Vec<(i64, String)> = db
+        .prepare("SELECT state_id, value FROM node_state_attributes WHERE key = 'weir.truncated'")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(marks.len(), 2, "one mark for each flooding row: {marks:?}");
+    let offered: u64 = (0..100)
+        .map(|i| format!("k{i}").len() as u64 + 100_000)
+        .sum();
+    for (state, mark) in marks {
+        let kept: u64 = db
+            .query_row(
+                "SELECT SUM(LENGTH(key) + LENGTH(value)) FROM node_state_attributes \
+                 WHERE state_id = ?1 AND key != 'weir.truncated'",
+                [state],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let dropped: u64 = mark
+            .strip_prefix("dropped ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected mark: {mark}"));
+        assert!(kept <= 256 << 10, "{kept} bytes kept");
+        assert_eq!(kept + dropped, offered, "every byte is kept or counted");
+        assert!(
+            mark.ends_with("beyond limits.attach_kb_per_row (256 KiB)"),
+            "{mark}"
+        );
+    }
+}
+
+/// A line break, a forged summary line and terminal escape codes.
+const FORGED: &str = "ok\n  failed   forged: 9 rows; first: row 0\r\u{1b}[2K\u{1b}[31mRED\u{1b}[0m";
+
+#[tokio::test]
+async fn guest_text_reaches_stderr_escaped_and_uncoloured() {
+    let ws = Workspace::new();
+    write_rows(
+        &ws,
+        &[
+            json!({"id": 0, "act": "log", "text": FORGED}),
+            json!({"id": 1, "act": "fail", "code": "chaos", "text": FORGED}),
+        ],
+    );
+    let p = ws.write("p.yaml", &pipeline(""));
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let err = stderr(&out);
+    assert!(
+        !err.contains('\u{1b}'),
+        "no escape code on a stderr that is not a terminal: {err:?}"
+    );
+    assert!(!err.contains('\r'), "{err:?}");
+    assert!(
+        !err.lines().any(|l| l.starts_with("  failed   forged")),
+        "a guest forged a summary line: {err}"
+    );
+    let shown = r"ok\n  failed   forged: 9 rows; first: row 0\r\u{1b}[2K\u{1b}[31mRED\u{1b}[0m";
+    assert_eq!(
+        err.matches(shown).count(),
+        2,
+        "the log line and the summary's first failure show the text escaped: {err}"
+    );
+    let kept = &read_jsonl(&ws, "failed.jsonl")[0];
+    assert_eq!(
+        kept["_error_message"], FORGED,
+        "the on_error sink keeps the text as it was"
+    );
+}
+
+#[tokio::test]
+async fn a_row_that_fans_out_beyond_the_cap_fails_alone() {
+    let ws = Workspace::new();
+    write_rows(
+        &ws,
+        &[
+            json!({"id": 0}),
+            json!({"id": 1, "act": "fan", "n": 3}),
+            json!({"id": 2, "act": "fan", "n": 10_001}),
+            json!({"id": 3}),
+        ],
+    );
+    // The default cap, 10 000 rows per input row.
+    let p = ws.write("p.yaml", &pipeline(""));
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written: Vec<i64> = read_jsonl(&ws, "out.jsonl")
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(written, [0, 1, 1, 1, 3]);
+    assert_eq!(
+        failures(&ws),
+        BTreeMap::from([(2, "fan_out_limit".to_string())])
+    );
+    let message = read_jsonl(&ws, "failed.jsonl")[0]["_error_message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("into 10001 rows")
+            && message.contains("limit of 10000 (limits.max_rows_per_input)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_nodes_instances_share_one_memory_budget() {
+    // The test LLM server (a test tool, not a model) answers after 300 ms,
+    // so every row holds its memory while the others allocate theirs.
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    let rows: Vec<_> = (0..16)
+        .map(|i| json!({"id": i, "act": "hold", "mb": 40, "wait": "llm"}))
+        .collect();
+    write_rows(&ws, &rows);
+    // Each instance may hold 48 MiB, so 16 rows in flight would hold 640 MiB
+    // without the node's budget of 100 MiB.
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "source:\n  path: rows.jsonl\nendpoints:\n  llm:\n    base_url: {}\n    \
+             api_key: k\n    pool_size: 16\ntransforms:\n  - name: chaos\n    \
+             component: {CHAOS}\n    endpoints: [llm]\n    limits:\n      memory_mb: 48\n      \
+             node_memory_mb: 100\n    on_error:\n      path: failed.jsonl\n\
+             sinks:\n  - path: out.jsonl\n",
+            server.base_url()
+        ),
+    );
+    let (out, peak_mib) = weir_measured(&["run", p.to_str().unwrap(), "--no-progress"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let failed = read_jsonl(&ws, "failed.jsonl");
+    let written = read_jsonl(&ws, "out.jsonl");
+    assert_eq!(failed.len() + written.len(), 16);
+    assert!(!written.is_empty(), "rows that fit the budget ran");
+    assert!(!failed.is_empty(), "rows beyond the budget failed");
+    for row in &failed {
+        assert_eq!(row["_error_code"], "guest_memory_limit");
+        let message = row["_error_message"].as_str().unwrap();
+        assert!(
+            message.contains("node's budget of 100 MiB")
+                && message.contains("limits.node_memory_mb"),
+            "{message}"
+        );
+    }
+    assert!(
+        peak_mib < 400,
+        "weir peaked at {peak_mib} MiB: the budget did not hold (the rows asked for 640 MiB)"
+    );
+}
+
+#[tokio::test]
+async fn a_node_whose_memory_budget_is_full_makes_rows_wait_rather_than_fail() {
+    // The test LLM server (a test tool, not a model) echoes each prompt after
+    // 50 ms: with a pool of 16, the node would start 16 instances of the
+    // built-in `llm` component (over 1 MiB each) but its budget holds 8 MiB.
+    let server = TestLlmServer::start(Script {
+        reply: weir_test_llm_server::Reply::Echo,
+        latency: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(60));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with(
+            "in.csv",
+            "out.csv",
+            "pool_size: 16",
+            "limits:\n  node_memory_mb: 8",
+            ECHO_OPTIONS,
+        ),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    let err = stderr(&out);
+    assert!(out.status.success(), "every row waited its turn: {err}");
+    let rows = read_csv(&ws.path("out.csv"));
+    assert_eq!(rows.len(), 61);
+    assert_eq!(&rows[60][2], echo_of(59));
+    assert_eq!(
+        err.matches("rows wait for an instance rather than start a new one")
+            .count(),
+        1,
+        "said once: {err}"
+    );
+    assert!(err.contains("limits.node_memory_mb: 8"), "{err}");
+}
+
+/// Runs `weir` as `weir` does and also returns its peak resident memory in
+/// MiB: the kernel's high-water mark, from `wait4`.
+async fn weir_measured(args: &[&str]) -> (Output, u64) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        use std::os::unix::process::ExitStatusExt;
+        // Reaped by `wait4` below, which std does not know of.
+        #[allow(clippy::zombie_processes)]
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&args)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .env(
+                "WEIR_CACHE_DIR",
+                std::env::temp_dir().join("weir-test-cache"),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let drain = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                pipe.read_to_end(&mut bytes).unwrap();
+                bytes
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stderr = drain(Box::new(child.stderr.take().unwrap()));
+        let pid = child.id() as libc::pid_t;
+        let mut status = 0;
+        // SAFETY: rusage is plain data, and wait4 writes only into the two
+        // locals it is given.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        assert_eq!(reaped, pid, "wait4 failed");
+        let output = Output {
+            status: std::process::ExitStatus::from_raw(status),
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        };
+        // Linux reports ru_maxrss in KiB.
+        (output, usage.ru_maxrss as u64 / 1024)
+    })
+    .await
+    .unwrap()
 }

@@ -8,8 +8,9 @@
 //!   (`weir test`), and [`authoring`] scaffolds and builds guests;
 //! - [`runtime`]: loads guest components and implements their imports on top of
 //! - [`services`]: the pooled HTTP executor and the audit trail;
-//! - [`config`], [`io`], [`types`], [`hashing`]: the pipeline file, row
-//!   readers and writers, and shared data, from the `weir-formats` crate.
+//! - [`config`], [`io`], [`types`], [`hashing`], [`terminal`]: the pipeline
+//!   file, row readers and writers, shared data, and text made safe to print,
+//!   from the `weir-formats` crate.
 
 pub mod authoring;
 pub mod cli;
@@ -18,4 +19,4 @@ pub mod fixtures;
 pub mod runtime;
 pub mod services;
 
-pub use weir_formats::{config, hashing, io, types};
+pub use weir_formats::{config, hashing, io, terminal, types};

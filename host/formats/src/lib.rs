@@ -6,10 +6,12 @@
 //! - [`types`]: rows and row errors;
 //! - [`hashing`]: the hashes the audit trail records;
 //! - [`http_headers`]: the waits an endpoint's response headers ask for.
+//! - [`terminal`]: text from guests and endpoints made safe to print.
 
 pub mod config;
 pub mod fixtures;
 pub mod hashing;
 pub mod http_headers;
 pub mod io;
+pub mod terminal;
 pub mod types;

@@ -578,6 +578,14 @@ fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .with_target(false)
         .init();
+}
+
+/// Colour only for a person at a terminal, and never when `NO_COLOR` is set
+/// (no-color.org): escape codes in a log file or a CI log are noise.
+fn colour_on_stderr() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    std::io::stderr().is_terminal() && !no_color
 }

@@ -28,6 +28,7 @@ use ordered::OrderedWindowExt;
 use resume::SourceCheck;
 use setup::Prepared;
 use stage::{Failure, Flow};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -304,6 +305,27 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             priced: e.spec.price.is_some(),
             stats: e.stats(),
         })
+        .collect();
+    for node in &prepared.nodes {
+        // What a user sizing `limits.node_memory_mb` needs to know.
+        tracing::info!(
+            "node `{}`: its instances held at most {} MiB of linear memory at once \
+             (limits.node_memory_mb: {})",
+            node.config.name,
+            node.runtime.memory_peak().div_ceil(1 << 20),
+            node.config.limits.node_memory_bytes >> 20
+        );
+    }
+    report.rows_truncated = prepared
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.config.name.clone(),
+                n.rows_truncated.load(Ordering::Relaxed),
+            )
+        })
+        .filter(|&(_, rows)| rows > 0)
         .collect();
     drop(prepared);
     if let Some(audit) = audit {

@@ -3,6 +3,7 @@
 use crate::services::audit::Totals;
 use crate::services::executor::StatsSnapshot;
 use crate::services::stop::StopReason;
+use crate::terminal::escape;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -32,6 +33,9 @@ pub struct RunReport {
     /// By error code: how many rows, and the first one's index and message.
     pub failures: BTreeMap<String, FailureGroup>,
     pub endpoints: Vec<EndpointReport>,
+    /// By node: rows whose guest log lines or audit attachments were cut at
+    /// their caps; nodes with none are left out.
+    pub rows_truncated: Vec<(String, u64)>,
     pub wall: Duration,
     pub sinks: Vec<PathBuf>,
     pub audit_path: Option<PathBuf>,
@@ -245,10 +249,29 @@ impl RunReport {
                 .first_node
                 .as_deref()
                 .map_or("source".to_string(), |n| format!("node `{n}`"));
+            // Codes and messages come from guests and endpoints: escaped, a
+            // message cannot forge a line of the summary.
             let _ = writeln!(
                 s,
-                "  failed   {code}: {} rows; first: row {} at {node}: {}",
-                g.count, g.first_row, g.first_message
+                "  failed   {}: {} rows; first: row {} at {node}: {}",
+                escape(code),
+                g.count,
+                g.first_row,
+                escape(&g.first_message)
+            );
+        }
+        if !self.rows_truncated.is_empty() {
+            let total: u64 = self.rows_truncated.iter().map(|(_, n)| n).sum();
+            let nodes: Vec<String> = self
+                .rows_truncated
+                .iter()
+                .map(|(node, n)| format!("node `{node}` {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  truncated {total} rows: guest log lines or attachments beyond \
+                 limits.log_kb_per_row or limits.attach_kb_per_row were dropped ({})",
+                nodes.join(", ")
             );
         }
         for sink in &self.sinks {

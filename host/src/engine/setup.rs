@@ -9,6 +9,7 @@ use crate::services::budget::Budget;
 use crate::services::cache::ResponseCache;
 use crate::services::executor::{Executor, RunControls};
 use crate::services::stop::RunStop;
+use crate::terminal::escape;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,8 @@ pub struct Node {
     pub config: NodeConfig,
     /// Calls in a row that trapped, for `limits.stop_after_traps`.
     pub traps_in_a_row: std::sync::atomic::AtomicU32,
+    /// Rows whose guest log lines or audit attachments were cut at their caps.
+    pub rows_truncated: std::sync::atomic::AtomicU64,
     pub runtime: NodeRuntime,
 }
 
@@ -178,15 +181,20 @@ async fn prepare_node(
         config.limits,
     )
     .await
+    // What the component says (its options error, its stderr) is its own
+    // text: escaped, so it prints as what it is.
     .map_err(|e| match e {
         crate::runtime::NodeSetupError::Options(m) => match named_option(&m) {
             Some(option) => pipeline.file.error_at(
                 &["transforms", &key, "options", &option],
-                format!("transform `{}`: {m}", config.name),
+                format!("transform `{}`: {}", config.name, escape(&m)),
             ),
-            None => at("options", m),
+            None => at("options", escape(&m).into_owned()),
         },
-        other => at("component", format!("{origin}: {other}")),
+        other => at(
+            "component",
+            format!("{origin}: {}", escape(&other.to_string())),
+        ),
     })?;
     let record = NodeRecord {
         node_id: config.index,
@@ -203,6 +211,7 @@ async fn prepare_node(
     let node = Node {
         config: config.clone(),
         traps_in_a_row: Default::default(),
+        rows_truncated: Default::default(),
         runtime: node_runtime,
     };
     Ok((node, record))

@@ -116,7 +116,9 @@ impl Node {
         let results: Vec<Result<Vec<Row>, RowError>> = spans
             .iter()
             .map(|span| match &outcomes {
-                Ok(outcomes) => collect(&outcomes[span.clone()]),
+                Ok(outcomes) => self
+                    .within_fan_out_limit(&outcomes[span.clone()])
+                    .and_then(|()| collect(&outcomes[span.clone()])),
                 Err(e) => Err(e.clone()),
             })
             .collect();
@@ -237,12 +239,14 @@ impl Node {
                 ),
             ));
         }
-        let mut instance = self
-            .runtime
-            .checkout()
-            .await
-            .map_err(|e| RowError::new("guest_unavailable", format!("{e:#}")))?;
-        match instance.process(input, scopes).await {
+        let mut instance = self.runtime.checkout().await.map_err(|e| match e.limit {
+            Some(limit) => self.trap_error(Some(limit), &anyhow::anyhow!("{e}")),
+            None => RowError::new("guest_unavailable", e.message),
+        })?;
+        let processed = instance.process(input, scopes).await;
+        self.rows_truncated
+            .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
+        match processed {
             Ok(outcomes) if outcomes.len() == input.len() => {
                 self.runtime.checkin(instance);
                 self.traps_in_a_row.store(0, Ordering::Relaxed);
@@ -287,6 +291,15 @@ impl Node {
                     self.config.limits.memory_bytes >> 20
                 ),
             ),
+            Some(LimitHit::NodeMemory) => RowError::new(
+                "guest_memory_limit",
+                format!(
+                    "the component of node `{node}` needed more memory than is left of the \
+                     node's budget of {} MiB, shared by all its instances \
+                     (limits.node_memory_mb)",
+                    self.config.limits.node_memory_bytes >> 20
+                ),
+            ),
             None => RowError::new(
                 "guest_trap",
                 format!("the component of node `{node}` trapped: {trap:#}"),
@@ -312,6 +325,31 @@ impl Node {
                 self.config.name
             ),
         })
+    }
+
+    /// One input row may become at most `limits.max_rows_per_input` rows:
+    /// counted before they are parsed, so a row that would become millions
+    /// costs no more than its text.
+    fn within_fan_out_limit(&self, outcomes: &[Outcome]) -> Result<(), RowError> {
+        let rows: usize = outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Rows(texts) => texts.len(),
+                Outcome::Failed(_) => 0,
+            })
+            .sum();
+        let limit = self.config.limits.max_rows_per_input;
+        if rows <= limit {
+            return Ok(());
+        }
+        Err(RowError::new(
+            "fan_out_limit",
+            format!(
+                "the component of node `{}` turned one input row into {rows} rows, more than \
+                 its limit of {limit} (limits.max_rows_per_input)",
+                self.config.name
+            ),
+        ))
     }
 }
 

@@ -5,13 +5,14 @@ pub mod builtin;
 mod cache;
 pub mod contract;
 mod limits;
+mod output;
 mod pool;
 mod state;
 mod stderr;
 
 pub use limits::LimitHit;
 
-pub use pool::{GuestInstance, NodeRuntime, NodeSetupError};
+pub use pool::{GuestInstance, NodeRuntime, NodeSetupError, Unavailable};
 pub use state::{NodeServices, Outbound, RowScope, Script};
 
 use anyhow::{Context, Result};

@@ -1,20 +1,55 @@
 //! A node's instances. Each instance runs one `process` call at a time, so a
 //! node keeps a pool of configured instances, created on demand up to its
-//! concurrency and reused afterwards; one that trapped is thrown away.
+//! concurrency and reused afterwards; one that trapped is thrown away. When
+//! the node's memory budget has no room for another instance, a row waits
+//! for one to come back instead.
 
 use super::bindings::{NodeInfo, Outcome, v0_1, v0_2};
 use super::contract::{self, Contract};
-use super::limits::LimitHit;
+use super::limits::{LimitHit, NodeMemory};
 use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
 use crate::config::GuestLimits;
 use anyhow::{Result, anyhow};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 use wasmtime::{Store, UpdateDeadline};
 
 pub struct GuestInstance {
     store: Store<GuestState>,
     exports: Exports,
+    /// Declared last, so dropped last: the instance's memory is back in the
+    /// node's budget before waiting rows are told.
+    _counted: Counted,
+}
+
+/// The node's live instances (idle or busy), and a signal each time one
+/// comes back to the pool or is thrown away: what a row waiting for room in
+/// the memory budget waits for.
+#[derive(Default)]
+struct Census {
+    live: AtomicUsize,
+    returned: Notify,
+    /// Whether rows have had to wait, so it is said once.
+    waited: AtomicBool,
+}
+
+/// One live instance in its node's census.
+struct Counted(Arc<Census>);
+
+impl Counted {
+    fn new(census: &Arc<Census>) -> Self {
+        census.live.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(census))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+        self.0.returned.notify_one();
+    }
 }
 
 /// A linked component, ready to instantiate, under the bindings of the
@@ -96,29 +131,33 @@ impl GuestInstance {
     pub async fn process(&mut self, rows: &[String], scope: Vec<RowScope>) -> Result<Vec<Outcome>> {
         self.store.data_mut().cpu.refill();
         self.store.set_epoch_deadline(1);
-        self.store.data_mut().scope = scope;
+        self.store.data_mut().start_call(scope);
         let result = self.exports.process(&mut self.store, rows).await;
-        self.store.data_mut().scope.clear();
+        self.store.data_mut().end_call();
         let stderr = self.store.data().stderr.take();
         result.map_err(|trap| explain_trap(&trap, &stderr))
     }
 
     /// The limit that made the last call trap, if one did.
     pub fn limit_hit(&self) -> Option<LimitHit> {
-        if self.store.data().cpu.hit {
-            Some(LimitHit::Cpu)
-        } else if self.store.data().memory.hit {
-            Some(LimitHit::Memory)
-        } else {
-            None
-        }
+        self.store.data().limit_hit()
+    }
+
+    /// Rows of the last call whose log lines or audit attachments went
+    /// beyond their caps (`limits.log_kb_per_row`, `limits.attach_kb_per_row`).
+    pub fn rows_truncated(&self) -> usize {
+        self.store.data().rows_truncated
     }
 }
 
 /// A trap as users read it: its cause and what the guest last wrote to
 /// stderr; the wasm backtrace goes to the debug log.
 fn explain_trap(trap: &wasmtime::Error, stderr: &str) -> anyhow::Error {
-    tracing::debug!("guest trap: {trap:?}");
+    // The backtrace names the guest's own functions: its text, escaped.
+    tracing::debug!(
+        "guest trap: {}",
+        crate::terminal::escape(&format!("{trap:?}"))
+    );
     let cause = trap.root_cause().to_string();
     let stderr = stderr.trim();
     if stderr.is_empty() {
@@ -134,6 +173,10 @@ pub struct NodeRuntime {
     engine: wasmtime::Engine,
     services: Arc<NodeServices>,
     limits: GuestLimits,
+    /// The linear memory all the node's instances hold, within
+    /// `limits.node_memory_mb`.
+    memory: Arc<NodeMemory>,
+    census: Arc<Census>,
     options_json: String,
     idle: Mutex<Vec<GuestInstance>>,
     info: NodeInfo,
@@ -166,6 +209,8 @@ impl NodeRuntime {
             engine: runtime.engine().clone(),
             services,
             limits,
+            memory: Arc::new(NodeMemory::new(limits.node_memory_bytes)),
+            census: Arc::default(),
             options_json,
             idle: Mutex::new(Vec::new()),
             info: NodeInfo {
@@ -188,7 +233,11 @@ impl NodeRuntime {
     }
 
     async fn instantiate(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
-        let state = GuestState::new(Arc::clone(&self.services), &self.limits);
+        let state = GuestState::new(
+            Arc::clone(&self.services),
+            &self.limits,
+            Arc::clone(&self.memory),
+        );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
         store.epoch_deadline_callback(|mut ctx| {
@@ -203,38 +252,109 @@ impl NodeRuntime {
         });
         // Starting and configuring are held to the same limit as a call.
         store.set_epoch_deadline(1);
-        let exports = self.pre.instantiate(&mut store).await.map_err(|e| {
+        let trapped = |store: &Store<GuestState>, e: wasmtime::Error, when: &str| {
             let trap = explain_trap(&e, &store.data().stderr.take());
-            NodeSetupError::Trap(format!("instantiating: {trap}"))
-        })?;
-        let info = exports
-            .configure(&mut store, &self.options_json)
-            .await
-            .map_err(|e| {
-                let trap = explain_trap(&e, &store.data().stderr.take());
-                NodeSetupError::Trap(format!("configure trapped: {trap}"))
-            })?
-            .map_err(NodeSetupError::Options)?;
-        Ok((GuestInstance { store, exports }, info))
+            NodeSetupError::Trap {
+                message: format!("{when}: {trap}"),
+                limit: store.data().limit_hit(),
+            }
+        };
+        let exports = match self.pre.instantiate(&mut store).await {
+            Ok(exports) => exports,
+            Err(e) => return Err(trapped(&store, e, "instantiating")),
+        };
+        let configured = exports.configure(&mut store, &self.options_json).await;
+        let info = match configured {
+            Ok(info) => info.map_err(NodeSetupError::Options)?,
+            Err(e) => return Err(trapped(&store, e, "configure trapped")),
+        };
+        store.data_mut().end_call();
+        let instance = GuestInstance {
+            store,
+            exports,
+            _counted: Counted::new(&self.census),
+        };
+        Ok((instance, info))
     }
 
-    /// An idle instance, or a new configured one.
-    pub async fn checkout(&self) -> Result<GuestInstance> {
-        if let Some(instance) = self.idle.lock().expect("pool lock").pop() {
-            return Ok(instance);
+    /// An idle instance, or a new configured one. While the node's memory
+    /// budget has no room for a new one, waits for one of the node's
+    /// instances to come back (or be thrown away, freeing its memory): the
+    /// budget then limits how many rows run at once instead of failing them.
+    pub async fn checkout(&self) -> Result<GuestInstance, Unavailable> {
+        loop {
+            // Listening before looking: an instance that comes back in
+            // between still wakes this row.
+            let returned = self.census.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            if let Some(instance) = self.idle.lock().expect("pool lock").pop() {
+                return Ok(instance);
+            }
+            match self.instantiate().await {
+                Ok((instance, _)) => return Ok(instance),
+                Err(e) if self.worth_waiting(&e) => {
+                    self.say_rows_wait();
+                    returned.await;
+                }
+                Err(e) => {
+                    return Err(Unavailable {
+                        limit: e.limit(),
+                        message: e.to_string(),
+                    });
+                }
+            }
         }
-        let (instance, _) = self.instantiate().await.map_err(|e| anyhow!("{e}"))?;
-        Ok(instance)
+    }
+
+    /// A new instance that did not fit the node's memory budget may fit once
+    /// one of the node's instances comes back; with none alive, none will.
+    fn worth_waiting(&self, e: &NodeSetupError) -> bool {
+        e.limit() == Some(LimitHit::NodeMemory) && self.census.live.load(Ordering::Acquire) > 0
+    }
+
+    fn say_rows_wait(&self) {
+        if !self.census.waited.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                "node `{}`: its instances hold its memory budget (limits.node_memory_mb: {}), so \
+                 rows wait for an instance rather than start a new one; a larger budget lets \
+                 more run at once",
+                self.services.node_name,
+                self.limits.node_memory_bytes >> 20
+            );
+        }
     }
 
     pub fn checkin(&self, instance: GuestInstance) {
         self.idle.lock().expect("pool lock").push(instance);
+        self.census.returned.notify_one();
     }
 
     pub fn instances_idle(&self) -> usize {
         self.idle.lock().expect("pool lock").len()
     }
+
+    /// The most linear memory the node's instances held at once.
+    pub fn memory_peak(&self) -> usize {
+        self.memory.peak()
+    }
 }
+
+/// Why no instance could be had for a call: a new one could not start.
+#[derive(Debug)]
+pub struct Unavailable {
+    /// The limit that stopped it, e.g. the node's memory budget being spent.
+    pub limit: Option<LimitHit>,
+    pub message: String,
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Unavailable {}
 
 #[derive(Debug)]
 pub enum NodeSetupError {
@@ -242,10 +362,23 @@ pub enum NodeSetupError {
     Contract(String),
     /// The component does not fit the `weir:transform` world it names.
     Link { contract: Contract, message: String },
-    /// The component trapped while starting.
-    Trap(String),
+    /// The component trapped while starting, past `limit` if it hit one.
+    Trap {
+        message: String,
+        limit: Option<LimitHit>,
+    },
     /// The component refused its options.
     Options(String),
+}
+
+impl NodeSetupError {
+    /// The limit that stopped the component while it started, if one did.
+    pub fn limit(&self) -> Option<LimitHit> {
+        match self {
+            Self::Trap { limit, .. } => *limit,
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for NodeSetupError {
@@ -257,7 +390,9 @@ impl std::fmt::Display for NodeSetupError {
                 "the component does not implement the weir:transform@{} world: {message}",
                 contract.version()
             ),
-            Self::Trap(m) => write!(f, "the component failed while starting: {m}"),
+            Self::Trap { message, .. } => {
+                write!(f, "the component failed while starting: {message}")
+            }
             Self::Options(m) => write!(f, "{m}"),
         }
     }

@@ -3,13 +3,15 @@
 //! contract version: older ones convert and delegate to the current one).
 
 use super::bindings::{CallError, Level, Request, Response, v0_1, v0_2};
-use super::limits::{CpuBudget, MemoryLimit};
+use super::limits::{CpuBudget, LimitHit, MemoryLimit, NodeMemory};
+use super::output::{AttachCap, LogCap};
 use super::stderr::StderrTail;
 use crate::config::GuestLimits;
 use crate::hashing;
 use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Json, Record, now_ms};
 use crate::services::executor::{self, Endpoint};
-use std::collections::BTreeMap;
+use crate::terminal;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use wasmtime::component::ResourceTable;
@@ -83,6 +85,10 @@ pub struct GuestState {
     pub(super) memory: MemoryLimit,
     /// One entry per row of the `process` call under way.
     pub(super) scope: Vec<RowScope>,
+    log: LogCap,
+    attachments: AttachCap,
+    /// Rows of the last call whose log or attachments were cut at their cap.
+    pub(super) rows_truncated: usize,
     // WASI is linked so that components whose language runtime imports it
     // load, but the context grants nothing: see `sealed_wasi`.
     wasi: WasiCtx,
@@ -91,22 +97,88 @@ pub struct GuestState {
 }
 
 impl GuestState {
-    pub fn new(node: Arc<NodeServices>, limits: &GuestLimits) -> Self {
+    pub fn new(
+        node: Arc<NodeServices>,
+        limits: &GuestLimits,
+        node_memory: Arc<NodeMemory>,
+    ) -> Self {
         let stderr = StderrTail::default();
         Self {
             node,
             cpu: CpuBudget::new(limits.cpu_per_call),
-            memory: MemoryLimit {
-                bytes: limits.memory_bytes,
-                hit: false,
-            },
+            memory: MemoryLimit::new(limits.memory_bytes, node_memory),
             scope: Vec::new(),
+            log: LogCap::new(limits.log_bytes_per_row),
+            attachments: AttachCap::new(limits.attach_bytes_per_row),
+            rows_truncated: 0,
             wasi: sealed_wasi(&stderr),
             stderr,
             table: ResourceTable::new(),
         }
     }
+
+    /// The limit that made the last call trap, if one did.
+    pub(super) fn limit_hit(&self) -> Option<LimitHit> {
+        if self.cpu.hit {
+            Some(LimitHit::Cpu)
+        } else {
+            self.memory.hit
+        }
+    }
+
+    /// A `process` call over `scope`'s rows starts.
+    pub(super) fn start_call(&mut self, scope: Vec<RowScope>) {
+        self.log.start_call(scope.len());
+        self.scope = scope;
+        self.rows_truncated = 0;
+    }
+
+    /// The call is over (returned or trapped): marks what was cut at the
+    /// caps, once per call, and counts the rows it was cut from.
+    pub(super) fn end_call(&mut self) {
+        let node = self.node.node_name.as_str();
+        let log_dropped = self.log.dropped();
+        if log_dropped > 0 {
+            tracing::warn!(
+                node,
+                "truncated: the component logged {log_dropped} bytes more than \
+                 limits.log_kb_per_row allows ({} KiB a row; rows in this call: {}); they were \
+                 dropped",
+                self.log.per_row() >> 10,
+                self.scope.len().max(1)
+            );
+        }
+        let attach_dropped = self.attachments.end_call();
+        if let Some(audit) = &self.node.audit {
+            for &(state_id, bytes) in &attach_dropped {
+                audit.record(Record::Attribute(AttributeRecord {
+                    state_id,
+                    key: TRUNCATED_MARK.to_string(),
+                    value: format!(
+                        "dropped {bytes} bytes of attachments beyond limits.attach_kb_per_row \
+                         ({} KiB)",
+                        self.attachments.per_row() >> 10
+                    ),
+                }));
+            }
+        }
+        let cut_states: BTreeSet<u64> = attach_dropped.iter().map(|&(id, _)| id).collect();
+        let rows: BTreeSet<u64> = self
+            .scope
+            .iter()
+            .filter(|s| log_dropped > 0 || cut_states.contains(&s.state_id))
+            .map(|s| s.row_index)
+            .collect();
+        self.rows_truncated = rows.len();
+        // The next call, or `configure` of a fresh instance, starts afresh.
+        self.log.start_call(1);
+        self.scope.clear();
+    }
 }
+
+/// The key of the attachment that marks a row whose attachments were cut at
+/// `limits.attach_kb_per_row`, saying how many bytes were dropped.
+const TRUNCATED_MARK: &str = "weir.truncated";
 
 /// A WASI context that grants nothing a guest could learn the world from: no
 /// files, environment, arguments or sockets; clocks stopped at the Unix epoch;
@@ -332,6 +404,12 @@ impl v0_2::weir::transform::audit::Host for GuestState {
         let (Some(audit), Some(scope)) = (&self.node.audit, self.scope.get(row as usize)) else {
             return;
         };
+        if !self
+            .attachments
+            .admit(scope.state_id, key.len() + value.len())
+        {
+            return;
+        }
         audit.record(Record::Attribute(AttributeRecord {
             state_id: scope.state_id,
             key,
@@ -341,15 +419,36 @@ impl v0_2::weir::transform::audit::Host for GuestState {
 }
 
 impl v0_2::weir::transform::log::Host for GuestState {
+    /// Only lines the log filter lets through count against the cap; they
+    /// are written escaped, one line each whatever they hold.
     async fn log(&mut self, level: Level, message: String) {
-        let node = self.node.node_name.as_str();
-        match level {
-            Level::Trace => tracing::trace!(node, "{message}"),
-            Level::Debug => tracing::debug!(node, "{message}"),
-            Level::Info => tracing::info!(node, "{message}"),
-            Level::Warn => tracing::warn!(node, "{message}"),
-            Level::Error => tracing::error!(node, "{message}"),
+        if !shown(level) {
+            return;
         }
+        let kept = self.log.admit(&message);
+        if kept.is_empty() {
+            return;
+        }
+        let node = self.node.node_name.as_str();
+        let text = terminal::escape(kept);
+        match level {
+            Level::Trace => tracing::trace!(node, "{text}"),
+            Level::Debug => tracing::debug!(node, "{text}"),
+            Level::Info => tracing::info!(node, "{text}"),
+            Level::Warn => tracing::warn!(node, "{text}"),
+            Level::Error => tracing::error!(node, "{text}"),
+        }
+    }
+}
+
+/// Whether the log filter lets a guest's line of `level` through.
+fn shown(level: Level) -> bool {
+    match level {
+        Level::Trace => tracing::enabled!(tracing::Level::TRACE),
+        Level::Debug => tracing::enabled!(tracing::Level::DEBUG),
+        Level::Info => tracing::enabled!(tracing::Level::INFO),
+        Level::Warn => tracing::enabled!(tracing::Level::WARN),
+        Level::Error => tracing::enabled!(tracing::Level::ERROR),
     }
 }
 

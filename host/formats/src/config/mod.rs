@@ -92,7 +92,12 @@ pub struct NodeConfig {
 pub struct GuestLimits {
     pub cpu_per_call: std::time::Duration,
     pub memory_bytes: usize,
+    /// Of all the node's instances together.
+    pub node_memory_bytes: usize,
     pub output_bytes_per_row: usize,
+    pub max_rows_per_input: usize,
+    pub log_bytes_per_row: usize,
+    pub attach_bytes_per_row: usize,
     pub stop_after_traps: Option<u32>,
 }
 
@@ -103,12 +108,25 @@ impl Default for GuestLimits {
 }
 
 fn limits_of(spec: &model::LimitsSpec) -> GuestLimits {
+    let mib = |mb: u64| (mb as usize).saturating_mul(1 << 20);
+    let kib = |kb: u64| (kb as usize).saturating_mul(1 << 10);
     GuestLimits {
         cpu_per_call: std::time::Duration::from_millis(spec.cpu_ms_per_call),
-        memory_bytes: (spec.memory_mb as usize).saturating_mul(1 << 20),
+        memory_bytes: mib(spec.memory_mb),
+        node_memory_bytes: mib(node_memory_mb(spec)),
         output_bytes_per_row: (spec.output_mb_per_row * (1 << 20) as f64) as usize,
+        max_rows_per_input: spec.max_rows_per_input,
+        log_bytes_per_row: kib(spec.log_kb_per_row),
+        attach_bytes_per_row: kib(spec.attach_kb_per_row),
         stop_after_traps: spec.stop_after_traps,
     }
+}
+
+/// A node whose instances may grow larger than the default budget gets a
+/// budget of at least one instance.
+fn node_memory_mb(spec: &model::LimitsSpec) -> u64 {
+    spec.node_memory_mb
+        .unwrap_or_else(|| model::defaults::node_memory_mb().max(spec.memory_mb))
 }
 
 fn check_limits(file: &PipelineFile, key: &str, spec: &model::LimitsSpec) -> Result<GuestLimits> {
@@ -141,6 +159,26 @@ fn check_limits(file: &PipelineFile, key: &str, spec: &model::LimitsSpec) -> Res
                 spec.memory_mb
             ),
         ));
+    }
+    if spec.node_memory_mb == Some(0) {
+        return Err(at(
+            "node_memory_mb",
+            "limits.node_memory_mb must be at least 1",
+        ));
+    }
+    if spec.max_rows_per_input == 0 {
+        return Err(at(
+            "max_rows_per_input",
+            "limits.max_rows_per_input must be at least 1",
+        ));
+    }
+    for (field, value) in [
+        ("log_kb_per_row", spec.log_kb_per_row),
+        ("attach_kb_per_row", spec.attach_kb_per_row),
+    ] {
+        if value == 0 {
+            return Err(at(field, &format!("limits.{field} must be at least 1")));
+        }
     }
     let output_mb = spec.output_mb_per_row;
     if !(output_mb > 0.0 && output_mb <= MAX_GUEST_MB as f64) {

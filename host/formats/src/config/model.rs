@@ -199,6 +199,21 @@ pub mod defaults {
     pub fn output_mb_per_row() -> f64 {
         16.0
     }
+    /// A node may hold its concurrency of instances: without a budget across
+    /// them, `memory_mb` times a few hundred instances is many gigabytes.
+    /// 768 MiB keeps a default one-node run under 1 GB.
+    pub fn node_memory_mb() -> u64 {
+        768
+    }
+    pub fn max_rows_per_input() -> usize {
+        10_000
+    }
+    pub fn log_kb_per_row() -> u64 {
+        64
+    }
+    pub fn attach_kb_per_row() -> u64 {
+        1024
+    }
     pub fn audit_payloads() -> bool {
         true
     }
@@ -267,9 +282,24 @@ pub struct LimitsSpec {
     /// Linear memory of one instance.
     #[serde(default = "defaults::memory_mb")]
     pub memory_mb: u64,
+    /// Linear memory of all the node's instances together (so also the most
+    /// one instance may have). Defaults to the larger of 768 and `memory_mb`.
+    #[serde(default)]
+    pub node_memory_mb: Option<u64>,
     /// JSON one row may come back as, all its output rows together.
     #[serde(default = "defaults::output_mb_per_row")]
     pub output_mb_per_row: f64,
+    /// Rows one input row may become at this node.
+    #[serde(default = "defaults::max_rows_per_input")]
+    pub max_rows_per_input: usize,
+    /// Log text the component may write per row of a call; the rest is
+    /// dropped and counted.
+    #[serde(default = "defaults::log_kb_per_row")]
+    pub log_kb_per_row: u64,
+    /// Audit attachments (keys and values) the component may attach to one
+    /// row; the rest is dropped and counted.
+    #[serde(default = "defaults::attach_kb_per_row")]
+    pub attach_kb_per_row: u64,
     /// Stop the node (its remaining rows fail at once) after this many calls
     /// in a row trapped; never when absent.
     #[serde(default)]
@@ -281,7 +311,11 @@ impl Default for LimitsSpec {
         Self {
             cpu_ms_per_call: defaults::cpu_ms_per_call(),
             memory_mb: defaults::memory_mb(),
+            node_memory_mb: None,
             output_mb_per_row: defaults::output_mb_per_row(),
+            max_rows_per_input: defaults::max_rows_per_input(),
+            log_kb_per_row: defaults::log_kb_per_row(),
+            attach_kb_per_row: defaults::attach_kb_per_row(),
             stop_after_traps: None,
         }
     }

@@ -254,3 +254,48 @@ fn huge_pool_sizes_do_not_overflow_the_default_concurrency() {
     let p = load_with(&yaml, &[("KEY", "k")]).unwrap();
     assert_eq!(p.nodes[0].concurrency, usize::MAX);
 }
+fn output_and_memory_caps_have_defaults_and_are_checked_at_their_line() {
+    let p = load_with(GOOD, &[("KEY", "k")]).unwrap();
+    let limits = p.nodes[0].limits;
+    assert_eq!(limits.log_bytes_per_row, 64 << 10);
+    assert_eq!(limits.attach_bytes_per_row, 1 << 20);
+    assert_eq!(limits.max_rows_per_input, 10_000);
+    assert_eq!(limits.node_memory_bytes, 768 << 20);
+
+    let big = GOOD.replace(
+        "endpoints: [llm]",
+        "endpoints: [llm]\n    limits:\n      memory_mb: 2048",
+    );
+    let limits = load_with(&big, &[("KEY", "k")]).unwrap().nodes[0].limits;
+    assert_eq!(
+        limits.node_memory_bytes,
+        2048 << 20,
+        "the default budget holds at least one instance"
+    );
+
+    for (setting, line) in [
+        (
+            "node_memory_mb: 0",
+            "limits.node_memory_mb must be at least 1",
+        ),
+        (
+            "max_rows_per_input: 0",
+            "limits.max_rows_per_input must be at least 1",
+        ),
+        (
+            "log_kb_per_row: 0",
+            "limits.log_kb_per_row must be at least 1",
+        ),
+        (
+            "attach_kb_per_row: 0",
+            "limits.attach_kb_per_row must be at least 1",
+        ),
+    ] {
+        let bad = GOOD.replace(
+            "endpoints: [llm]",
+            &format!("endpoints: [llm]\n    limits:\n      {setting}"),
+        );
+        let err = load_with(&bad, &[("KEY", "k")]).unwrap_err().to_string();
+        assert!(err.contains(&format!("pipeline.yaml:12: {line}")), "{err}");
+    }
+}
