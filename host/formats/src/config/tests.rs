@@ -254,6 +254,8 @@ fn huge_pool_sizes_do_not_overflow_the_default_concurrency() {
     let p = load_with(&yaml, &[("KEY", "k")]).unwrap();
     assert_eq!(p.nodes[0].concurrency, usize::MAX);
 }
+
+#[test]
 fn output_and_memory_caps_have_defaults_and_are_checked_at_their_line() {
     let p = load_with(GOOD, &[("KEY", "k")]).unwrap();
     let limits = p.nodes[0].limits;
