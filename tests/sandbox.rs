@@ -352,7 +352,12 @@ async fn a_row_that_fans_out_beyond_the_cap_fails_alone() {
     // The default cap, 10 000 rows per input row.
     let p = ws.write("p.yaml", &pipeline(""));
     let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "rows set aside: {}",
+        stderr(&out)
+    );
     let written: Vec<i64> = read_jsonl(&ws, "out.jsonl")
         .iter()
         .map(|r| r["id"].as_i64().unwrap())
@@ -402,7 +407,12 @@ async fn a_nodes_instances_share_one_memory_budget() {
         ),
     );
     let (out, peak_mib) = weir_measured(&["run", p.to_str().unwrap(), "--no-progress"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "rows set aside: {}",
+        stderr(&out)
+    );
     let failed = read_jsonl(&ws, "failed.jsonl");
     let written = read_jsonl(&ws, "out.jsonl");
     assert_eq!(failed.len() + written.len(), 16);
