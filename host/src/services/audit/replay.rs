@@ -29,7 +29,7 @@ impl Replay {
             .prepare(
                 "SELECT c.row_index, c.node_id, c.endpoint, c.request_sha256, c.response_sha256
                  FROM calls c
-                 WHERE c.run_id = ?1 AND c.status BETWEEN 200 AND 299
+                 WHERE c.run_id = ?1 AND c.status BETWEEN 200 AND 299 AND c.error IS NULL
                    AND EXISTS (SELECT 1 FROM payloads p
                                WHERE p.run_id = c.run_id AND p.sha256 = c.response_sha256)",
             )?
