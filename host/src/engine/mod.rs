@@ -142,8 +142,8 @@ fn check_resume(
 
 pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let started = Instant::now();
-    source_check::refuse_unreadable_rows(&pipeline)?;
-    let rows = shard_rows(&pipeline)?;
+    let scan = source_check::refuse_unreadable_rows(&pipeline)?;
+    let rows = shard_rows(&pipeline, scan)?;
     let (audit, mut point) = open_audit(&pipeline, &options)?;
     let stop = Arc::clone(&options.stop);
     let allow_changed_source = options
@@ -371,12 +371,16 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
 }
 
 /// The source rows this run takes: all, or its shard's part, counted by
-/// reading the source once.
-fn shard_rows(pipeline: &Pipeline) -> Result<std::ops::Range<u64>> {
+/// the scan already made or by reading the source once.
+fn shard_rows(pipeline: &Pipeline, scan: Option<io::SourceScan>) -> Result<std::ops::Range<u64>> {
     let Some(shard) = pipeline.shard else {
         return Ok(0..u64::MAX);
     };
-    let total = io::scan_source(&pipeline.source)?.map_or(0, |scan| scan.rows);
+    let scan = match scan {
+        Some(scan) => Some(scan),
+        None => io::scan_source(&pipeline.source)?,
+    };
+    let total = scan.map_or(0, |scan| scan.rows);
     Ok(shard.rows(total))
 }
 

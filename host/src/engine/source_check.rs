@@ -6,15 +6,17 @@ use crate::config::{OnError, Pipeline};
 use crate::io;
 use anyhow::Result;
 
-pub fn refuse_unreadable_rows(pipeline: &Pipeline) -> Result<()> {
+/// Returns the scan it made, if it read the source, so that nothing reads
+/// it a second time for the same count.
+pub fn refuse_unreadable_rows(pipeline: &Pipeline) -> Result<Option<io::SourceScan>> {
     if pipeline.source_on_error != OnError::Fail {
-        return Ok(());
+        return Ok(None);
     }
     let Some(scan) = io::scan_source(&pipeline.source)? else {
-        return Ok(());
+        return Ok(None);
     };
     if scan.rejected == 0 {
-        return Ok(());
+        return Ok(Some(scan));
     }
     let mut message = format!(
         "{} of the {} rows of {} cannot be read:",
