@@ -8,9 +8,7 @@
 //! Mounting needs root (CI runs as root); where it is not permitted, each
 //! test says so and passes without checking anything.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rusqlite::Connection;
 use serde_json::json;
 use std::path::{Path, PathBuf};

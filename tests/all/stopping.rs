@@ -4,9 +4,7 @@
 //! resume finishes them: every row once, no request sent twice. The endpoint
 //! is the test LLM server, a test tool; `weir` is the real binary.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 use weir_test_llm_server::{Reply, Script, TestLlmServer};
 

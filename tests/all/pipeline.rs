@@ -2,9 +2,7 @@
 //! built-in wasm guest, against the test LLM server (a test tool, not a model)
 //! over loopback, and writes a real SQLite audit database.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::Path;

@@ -3,9 +3,7 @@
 //! tool, not a model) with injected failures. Every source row must come out
 //! exactly once, with its own answers or an error.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use rusqlite::Connection;
 use serde_json::{Map, Value, json};

@@ -1,9 +1,7 @@
 //! Bad input gets one clear error that says where and what, and never a
 //! panic: each case runs the real `weir` binary (no endpoint is reached).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const GOOD_NODE: &str = "transforms:\n  - name: ask\n    component: llm\n    endpoints: [llm]\n    \
                          options:\n      template: \"{{ row.text }}\"\n";

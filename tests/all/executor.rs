@@ -2,9 +2,7 @@
 //! test LLM server (a test tool, not a model) over loopback, one behaviour per
 //! test, checked against the server's log of what it served.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::time::{Duration, Instant};

@@ -1,5 +1,4 @@
 //! Helpers shared by the end-to-end tests.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -2,9 +2,7 @@
 //! binary against the test LLM server (a test tool, not a model), whose
 //! usage counts (words stand in for tokens) are the ground truth.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use weir_test_llm_server::{Reply, Script, TestLlmServer};
 
 const INPUT_PER_MILLION: f64 = 1.5;

@@ -4,9 +4,7 @@
 //! tool, not a model) must show that no answer the audit trail had recorded
 //! was ever paid for again.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};

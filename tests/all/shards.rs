@@ -2,9 +2,7 @@
 //! (the test LLM server, a test tool), one is killed and resumed, and
 //! `weir merge` joins them into what a single run writes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 use weir_test_llm_server::{Script, TestLlmServer};
 

@@ -2,9 +2,7 @@
 //! an unknown one is refused with the supported range), and `weir test` with
 //! fixtures written by hand or recorded from a real run.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use weir_test_llm_server::Reply;
 
 const CHAOS_V0_1: &str = concat!(

@@ -2,9 +2,7 @@
 //! test tool that misbehaves on purpose) and every misbehaving row must fail
 //! alone, with an error that names the limit, while the other rows go on.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::process::Output;
