@@ -61,18 +61,28 @@ fn refuse(headers: &HeaderMap, wire: &Value) -> Option<Response> {
             message,
         ))
     };
-    if !headers.contains_key("anthropic-version") {
-        return bad("anthropic-version: header is required");
+    if let Some(message) = refuse_headers(headers) {
+        return bad(message);
     }
     if wire.is_null() {
         return bad("There was an error parsing the body of your request");
     }
+    refuse_params(wire).and_then(bad)
+}
+
+/// What is wrong with the request's headers, as Anthropic words it.
+pub(crate) fn refuse_headers(headers: &HeaderMap) -> Option<&'static str> {
+    (!headers.contains_key("anthropic-version")).then_some("anthropic-version: header is required")
+}
+
+/// What is wrong with a Messages body, as Anthropic words it.
+pub(crate) fn refuse_params(wire: &Value) -> Option<&'static str> {
     if wire["max_tokens"].as_u64().is_none() {
-        return bad("max_tokens: Field required");
+        return Some("max_tokens: Field required");
     }
     let messages = wire["messages"].as_array();
     if messages.is_none_or(|m| m.iter().any(|m| m["role"] == "system")) {
-        return bad(
+        return Some(
             "messages: Unexpected role \"system\". The Messages API accepts a top-level `system` \
              parameter, not \"system\" as an input message role.",
         );
@@ -81,7 +91,7 @@ fn refuse(headers: &HeaderMap, wire: &Value) -> Option<Response> {
 }
 
 /// The request in the chat shape the scripted answers read.
-fn chat_shape(wire: &Value) -> Value {
+pub(crate) fn chat_shape(wire: &Value) -> Value {
     let mut messages = Vec::new();
     if !wire["system"].is_null() {
         messages.push(json!({"role": "system", "content": text_of(&wire["system"])}));
@@ -93,7 +103,7 @@ fn chat_shape(wire: &Value) -> Value {
 }
 
 /// A Messages answer from the chat answer, cut at `max_tokens` words.
-fn message(chat: &Value, max_tokens: u64) -> Option<Value> {
+pub(crate) fn message(chat: &Value, max_tokens: u64) -> Option<Value> {
     let text = chat["choices"][0]["message"]["content"].as_str()?;
     let words: Vec<&str> = text.split_whitespace().collect();
     let (text, stop_reason) = if words.len() as u64 > max_tokens {
@@ -126,7 +136,7 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-fn error_type(status: StatusCode) -> &'static str {
+pub(crate) fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         400 => "invalid_request_error",
         401 => "authentication_error",
@@ -139,7 +149,7 @@ fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
-fn error(status: StatusCode, kind: &str, message: &str) -> Response {
+pub(crate) fn error(status: StatusCode, kind: &str, message: &str) -> Response {
     let body = json!({"type": "error", "error": {"type": kind, "message": message}});
     (
         status,

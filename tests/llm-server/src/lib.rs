@@ -1,10 +1,16 @@
 //! TEST TOOL — not a model. A stand-in OpenAI-compatible chat server for
 //! weir's tests and benchmarks, served over loopback. Answers are computed
 //! from the prompt so that a test can check every row got its own answer;
-//! latency, a concurrency capacity and injected errors are scripted.
+//! latency, a concurrency capacity and injected errors are scripted. It
+//! also serves the providers' batch APIs (OpenAI and Azure OpenAI Batch,
+//! Anthropic Message Batches; see `batch`), answering each batch line as the
+//! online route would.
 
 mod anthropic;
+mod batch;
 pub mod structured;
+
+pub use batch::BatchSeen;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -105,6 +111,14 @@ pub struct Script {
     /// Requests whose prompt contains this text are answered after this long
     /// instead of `latency`.
     pub slow_marker: Option<(String, Duration)>,
+    /// Batch APIs: from a batch's creation to its end. Zero: a batch is
+    /// done at the first look after the answer that created it (OpenAI's
+    /// `validating` is skipped).
+    pub batch_seconds: Duration,
+    /// Batch APIs: lines whose user message contains this text are never
+    /// answered; the batch ends `expired` (OpenAI, Azure) or those lines are
+    /// `expired` (Anthropic).
+    pub batch_expire_marker: Option<String>,
 }
 
 impl Default for Script {
@@ -131,6 +145,8 @@ impl Default for Script {
             decorate: false,
             reject_marker: None,
             slow_marker: None,
+            batch_seconds: Duration::ZERO,
+            batch_expire_marker: None,
         }
     }
 }
@@ -164,6 +180,9 @@ struct Shared {
     /// When `Script::outage_after` began.
     outage_began: std::sync::OnceLock<Instant>,
     log: Mutex<Vec<Served>>,
+    /// `http://host:port`, for URLs the server hands out.
+    root: String,
+    batch: batch::Store,
 }
 
 pub struct TestLlmServer {
@@ -180,6 +199,8 @@ impl TestLlmServer {
 
     pub async fn bind(script: Script, addr: &str) -> std::io::Result<Self> {
         let bucket = Bucket::full(script.requests_per_minute);
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             script,
             started: Instant::now(),
@@ -189,6 +210,8 @@ impl TestLlmServer {
             count: AtomicU64::new(0),
             outage_began: std::sync::OnceLock::new(),
             log: Mutex::new(Vec::new()),
+            root: format!("http://{addr}"),
+            batch: batch::Store::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -197,9 +220,8 @@ impl TestLlmServer {
                 post(chat),
             )
             .route("/v1/messages", post(anthropic::messages))
+            .merge(batch::routes())
             .with_state(Arc::clone(&shared));
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -222,6 +244,22 @@ impl TestLlmServer {
 
     pub fn peak_in_flight(&self) -> usize {
         self.shared.peak_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Every batch created on any provider's route, oldest first, brought up
+    /// to date (lines due by now are answered).
+    pub fn batches(&self) -> Vec<BatchSeen> {
+        batch::seen(&self.shared)
+    }
+
+    /// Files uploaded through `/v1/files` or `/openai/files`.
+    pub fn files_uploaded(&self) -> usize {
+        self.shared.batch.uploaded.load(Ordering::SeqCst)
+    }
+
+    /// Files deleted through `DELETE /v1/files/{id}` or `/openai/files/{id}`.
+    pub fn files_deleted(&self) -> usize {
+        self.shared.batch.deleted.load(Ordering::SeqCst)
     }
 }
 
@@ -346,7 +384,17 @@ async fn chat(
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let response = answer(&shared, sequence, now, uri.path(), &headers, &body, None).await;
+    let response = answer(
+        &shared,
+        sequence,
+        now,
+        uri.path(),
+        &headers,
+        &body,
+        None,
+        Online,
+    )
+    .await;
     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
 }
@@ -363,9 +411,63 @@ async fn answer_as_chat(
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
-    let response = answer(shared, sequence, now, path, headers, chat_body, Some(wire)).await;
+    let response = answer(
+        shared,
+        sequence,
+        now,
+        path,
+        headers,
+        chat_body,
+        Some(wire),
+        Online,
+    )
+    .await;
     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
+}
+
+/// Whether a request came on its own or as a line of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    Online,
+    /// A batch line: the key was checked when the batch was made, and the
+    /// online-only knobs (latency, capacity, rate limit, outages) do not
+    /// apply; faults other than a status answer 500. Nothing awaits.
+    BatchLine,
+}
+use Arrival::{BatchLine, Online};
+
+/// Answers one batch line given in the chat shape, logged under `path` (the
+/// line's `url`): the status and the JSON body the online route would send.
+/// `headers` are those of the request that made the batch.
+pub(crate) fn answer_line(
+    shared: &Shared,
+    path: &str,
+    headers: &HeaderMap,
+    chat_body: &Value,
+    wire: Option<&Value>,
+) -> (u16, Value) {
+    use futures::FutureExt;
+    let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
+    let body = chat_body.to_string();
+    // A batch line's answer never waits on a timer or a socket.
+    let Some(response) =
+        answer(shared, sequence, 0, path, headers, &body, wire, BatchLine).now_or_never()
+    else {
+        return (
+            500,
+            json!({"error": {"message": "no answer", "type": "server_error"}}),
+        );
+    };
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .now_or_never()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 fn capacity_now(script: &Script, since_start: Duration) -> Option<usize> {
@@ -408,6 +510,7 @@ fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault
         .then(|| script.fault_kinds[(h % script.fault_kinds.len() as u64) as usize])
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn answer(
     shared: &Shared,
     sequence: u64,
@@ -416,6 +519,7 @@ async fn answer(
     headers: &HeaderMap,
     body: &str,
     wire: Option<&Value>,
+    arrival: Arrival,
 ) -> Response {
     let since_start = shared.started.elapsed();
     let script = &shared.script;
@@ -464,6 +568,7 @@ async fn answer(
         false => authorization.as_deref() == Some(&format!("Bearer {key}")),
     };
     if let Some(key) = &script.require_key
+        && arrival == Online
         && !key_ok(key)
     {
         log(401, None);
@@ -481,16 +586,17 @@ async fn answer(
     let after_outage = script.outage_after.is_some_and(|(n, length)| {
         sequence > n && shared.outage_began.get_or_init(Instant::now).elapsed() < length
     });
-    if after_outage
-        || script
-            .outage
-            .is_some_and(|(from, to)| since_start >= from && since_start < to)
+    if arrival == Online
+        && (after_outage
+            || script
+                .outage
+                .is_some_and(|(from, to)| since_start >= from && since_start < to))
     {
         log(500, None);
         return error(500, "server_error", "The server is down", None);
     }
     let mut rate_headers = Vec::new();
-    if let Some(rpm) = script.requests_per_minute {
+    if let Some(rpm) = script.requests_per_minute.filter(|_| arrival == Online) {
         let (allowed, remaining, to_full) = shared.bucket.lock().unwrap().take();
         rate_headers = vec![
             ("x-ratelimit-limit-requests", rpm.to_string()),
@@ -515,6 +621,7 @@ async fn answer(
         }
     }
     if let Some(capacity) = capacity_now(script, since_start)
+        && arrival == Online
         && in_flight > capacity
     {
         log(429, None);
@@ -548,13 +655,24 @@ async fn answer(
         );
     }
     if let Some(fault) = fault_for(script, sequence, &user_message) {
+        if arrival == BatchLine && !matches!(fault, Fault::Status(_)) {
+            log(500, Some(fault));
+            return error(
+                500,
+                "server_error",
+                "The server had an error while processing your request.",
+                None,
+            );
+        }
         return faulty(shared, fault, &|status| log(status, Some(fault))).await;
     }
-    let latency = match &script.slow_marker {
-        Some((marker, slow)) if user_message.contains(marker.as_str()) => *slow,
-        _ => script.latency,
-    };
-    tokio::time::sleep(latency).await;
+    if arrival == Online {
+        let latency = match &script.slow_marker {
+            Some((marker, slow)) if user_message.contains(marker.as_str()) => *slow,
+            _ => script.latency,
+        };
+        tokio::time::sleep(latency).await;
+    }
     log(200, None);
     let content = match script.reply {
         Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),

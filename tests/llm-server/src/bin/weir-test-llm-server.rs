@@ -6,7 +6,9 @@ use std::time::Duration;
 use weir_test_llm_server::{Reply, Script, TestLlmServer};
 
 #[derive(Parser)]
-#[command(about = "Test tool: a scripted OpenAI-compatible chat server on loopback (not a model)")]
+#[command(
+    about = "Test tool: a scripted OpenAI-compatible chat and batch server on loopback (not a model)"
+)]
 struct Args {
     #[arg(long, default_value_t = 8089)]
     port: u16,
@@ -21,6 +23,14 @@ struct Args {
     /// Answer 429 beyond this many requests at once.
     #[arg(long)]
     capacity: Option<usize>,
+    /// Batch APIs: seconds from a batch's creation to its end (0: done at
+    /// the first look after it was made).
+    #[arg(long, default_value_t = 0.0)]
+    batch_seconds: f64,
+    /// Batch APIs: lines whose prompt contains this text are never answered
+    /// and end expired.
+    #[arg(long)]
+    batch_expire_marker: Option<String>,
 }
 
 #[tokio::main]
@@ -39,12 +49,18 @@ async fn main() -> anyhow::Result<()> {
         reply,
         latency: Duration::from_millis(args.latency_ms),
         capacity: args.capacity,
+        batch_seconds: Duration::try_from_secs_f64(args.batch_seconds).map_err(|_| {
+            anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
+        })?,
+        batch_expire_marker: args.batch_expire_marker,
         ..Script::default()
     };
     let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
     println!(
-        "test LLM server (not a model) listening: OPENAI_BASE_URL={}",
-        server.base_url()
+        "test LLM server (not a model) listening: OPENAI_BASE_URL={} \
+         (also Azure OpenAI under {root}/openai, Anthropic under {root}, batch APIs included)",
+        server.base_url(),
+        root = server.root_url()
     );
     tokio::signal::ctrl_c().await?;
     Ok(())
