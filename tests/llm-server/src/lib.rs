@@ -583,12 +583,14 @@ async fn answer(
             None,
         );
     }
-    let after_outage = script.outage_after.is_some_and(|(n, length)| {
-        sequence > n && shared.outage_began.get_or_init(Instant::now).elapsed() < length
-    });
-    if arrival == Online
-        && (after_outage
-            || script
+    // Batch lines neither start nor meet an outage.
+    let after_outage = arrival == Online
+        && script.outage_after.is_some_and(|(n, length)| {
+            sequence > n && shared.outage_began.get_or_init(Instant::now).elapsed() < length
+        });
+    if after_outage
+        || (arrival == Online
+            && script
                 .outage
                 .is_some_and(|(from, to)| since_start >= from && since_start < to))
     {

@@ -1146,3 +1146,40 @@ async fn anthropic_lists_batches_newest_first() {
     let distinct: HashSet<&str> = seen.iter().map(|b| b.id.as_str()).collect();
     assert_eq!(distinct.len(), 3);
 }
+
+#[tokio::test]
+async fn a_hang_or_a_broken_answer_is_a_500_line_and_online_knobs_stay_online() {
+    let server = TestLlmServer::start(Script {
+        fault_kinds: vec![Fault::Hang, Fault::Reset, Fault::MalformedJson],
+        faults_first: 3,
+        fault_rate: 0.0,
+        fault_marker: None,
+        latency: Duration::from_secs(30),
+        capacity: Some(0),
+        ..script()
+    })
+    .await
+    .unwrap();
+    let client = OpenAi::new(&server, false);
+    let file_id = client
+        .upload(&jsonl(client.endpoint(), "m", &prompts()))
+        .await;
+    let started = Instant::now();
+    let id = client.create(&file_id).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = client.wait(&id).await.pop().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        done["request_counts"],
+        json!({"total": 5, "completed": 2, "failed": 3})
+    );
+    let errors = client.lines(&done["error_file_id"]).await;
+    assert!(errors.iter().all(|l| l["response"]["status_code"] == 500));
+    let output = client.lines(&done["output_file_id"]).await;
+    for line in &output {
+        let i: usize = line["custom_id"].as_str().unwrap()[4..].parse().unwrap();
+        assert_eq!(content_of(line), format!("echo: {}", prompts()[i]));
+    }
+}
