@@ -6,6 +6,7 @@
 mod common;
 
 mod bad_input;
+mod batch;
 mod disk_full;
 mod executor;
 mod guests;

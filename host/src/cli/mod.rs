@@ -140,6 +140,16 @@ enum Command {
         #[command(subcommand)]
         command: CacheCommand,
     },
+    /// Cancel the provider batches of a run in batch mode: the provider
+    /// stops working on them; `weir resume RUN` sends what they left
+    /// unanswered again.
+    Cancel {
+        run: i64,
+        /// `--pipeline` also gives the pipeline whose endpoints and keys are
+        /// used; by default it is the one the run was started from.
+        #[command(flatten)]
+        database: Database,
+    },
     /// Delete the bodies a run kept (rows, requests, responses, outputs);
     /// their hashes stay.
     Purge {
@@ -461,6 +471,26 @@ async fn execute(command: Command) -> Result<ExitCode> {
             for sink in merged.sinks {
                 println!("  output   {}", sink.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Cancel { run, database } => {
+            let audit_path = database.path()?;
+            let history = History::open(&audit_path)?;
+            let pipeline_path = match database.pipeline {
+                Some(path) => path,
+                None => PathBuf::from(history.run(run)?.pipeline_path),
+            };
+            let batches = history.open_batches(run)?;
+            if batches.is_empty() {
+                println!("run {run} has no provider batch to cancel");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let pipeline = config::load(&pipeline_path)?;
+            engine::cancel_batches(&pipeline, &audit_path, run, &batches).await?;
+            for (endpoint, id) in &batches {
+                println!("cancelled batch {id} of endpoint `{endpoint}`");
+            }
+            println!("`weir resume {run}` sends their unanswered requests again");
             Ok(ExitCode::SUCCESS)
         }
         Command::Purge { run, database } => {

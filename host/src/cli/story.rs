@@ -29,6 +29,10 @@ pub fn runs(runs: &[RunInfo]) -> String {
         if let Some(shard) = &run.shard {
             status.push_str(&format!(", {shard}"));
         }
+        if !run.open_batches.is_empty() {
+            let ids: Vec<&str> = run.open_batches.iter().map(|(_, id)| id.as_str()).collect();
+            status.push_str(&format!(", waiting on batch {}", ids.join(", ")));
+        }
         let duration = run
             .finished_at_ms
             .map_or("-".to_string(), |f| seconds(f - run.started_at_ms));

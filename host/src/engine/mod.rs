@@ -70,6 +70,16 @@ pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>>
         .collect())
 }
 
+/// `weir cancel`: asks the providers to cancel a run's open batches.
+pub async fn cancel_batches(
+    pipeline: &Pipeline,
+    audit_path: &std::path::Path,
+    run_id: i64,
+    batches: &[(String, String)],
+) -> Result<()> {
+    crate::services::batch::cancel(&pipeline.endpoints, audit_path, run_id, batches).await
+}
+
 /// The pipeline file's absolute path: how the audit trail knows a run's
 /// pipeline whatever the directory `weir` is started from.
 pub fn pipeline_key(pipeline: &Pipeline) -> String {
@@ -84,6 +94,17 @@ fn open_audit(
     options: &RunOptions,
 ) -> Result<(Option<Arc<AuditLog>>, Option<ResumePoint>)> {
     let path = &pipeline.audit_path;
+    if !options.audit
+        && let Some((name, _)) = pipeline
+            .endpoints
+            .iter()
+            .find(|(_, e)| e.mode == crate::config::EndpointMode::Batch)
+    {
+        anyhow::bail!(
+            "endpoint `{name}` is in batch mode, which keeps its requests and the provider's \
+             batches in the audit trail; drop --no-audit"
+        );
+    }
     match (&options.resume, options.audit) {
         (None, false) => Ok((None, None)),
         (Some(_), false) => anyhow::bail!("a run is resumed from its audit trail; drop --no-audit"),
@@ -304,6 +325,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             pool_size: e.spec.pool_size,
             priced: e.spec.price.is_some(),
             stats: e.stats(),
+            batches: e.batch().map(|b| b.stats()),
         })
         .collect();
     for node in &prepared.nodes {

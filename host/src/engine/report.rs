@@ -1,6 +1,7 @@
 //! What a run reports when it ends.
 
 use crate::services::audit::Totals;
+use crate::services::batch::BatchStats;
 use crate::services::executor::StatsSnapshot;
 use crate::services::stop::StopReason;
 use crate::terminal::escape;
@@ -61,6 +62,9 @@ pub struct EndpointReport {
     pub priced: bool,
     #[serde(flatten)]
     pub stats: StatsSnapshot,
+    /// `mode: batch`: what its provider batches did in this process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batches: Option<BatchStats>,
 }
 
 impl RunReport {
@@ -216,6 +220,27 @@ impl RunReport {
             completion
         );
         for e in &self.endpoints {
+            if let Some(b) = &e.batches {
+                let _ = write!(
+                    s,
+                    "  endpoint {}: batch mode: {} batches, {} requests submitted, {} answered, \
+                     {} failed, {} sent again; waited {:.1} s",
+                    e.name,
+                    b.batches,
+                    b.requests,
+                    b.answered,
+                    b.failed,
+                    b.resubmitted,
+                    b.waited.as_secs_f64()
+                );
+                if e.priced {
+                    let _ = write!(s, "; {} saved over online prices", usd(b.saved_usd));
+                }
+                let _ = writeln!(s);
+                if e.stats.requests == 0 {
+                    continue;
+                }
+            }
             let ms = |v: Option<u32>| v.map_or("-".to_string(), |v| format!("{v} ms"));
             let _ = writeln!(
                 s,

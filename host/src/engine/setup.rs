@@ -22,6 +22,10 @@ pub struct Node {
     /// Rows whose guest log lines or audit attachments were cut at their caps.
     pub rows_truncated: std::sync::atomic::AtomicU64,
     pub runtime: NodeRuntime,
+    /// Rows running the component at once, for a node granted a Batch API
+    /// endpoint: its many waiting rows hold no instance, and those that run
+    /// again when a batch ends take turns instead of each starting one.
+    pub guest_slots: Option<tokio::sync::Semaphore>,
 }
 
 pub struct Prepared {
@@ -153,7 +157,7 @@ async fn prepare_node(
     let loaded = runtime
         .load(&bytes, &origin)
         .map_err(|e| at("component", format!("{e:#}")))?;
-    let grants = config
+    let grants: BTreeMap<String, _> = config
         .grants
         .iter()
         .map(|(alias, name)| {
@@ -163,6 +167,7 @@ async fn prepare_node(
             (alias.clone(), endpoint)
         })
         .collect();
+    let batch_mode = grants.values().any(|e| e.batch().is_some());
     let services = Arc::new(NodeServices {
         node_name: config.name.clone(),
         endpoints: config
@@ -213,6 +218,11 @@ async fn prepare_node(
         traps_in_a_row: Default::default(),
         rows_truncated: Default::default(),
         runtime: node_runtime,
+        guest_slots: batch_mode.then(|| {
+            tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+            )
+        }),
     };
     Ok((node, record))
 }

@@ -7,6 +7,7 @@ use crate::runtime::LimitHit;
 use crate::runtime::RowScope;
 use crate::runtime::bindings::{GuestRowError, Outcome};
 use crate::services::audit::{AuditLog, BatchRecord, Json, NodeStateRecord, Record, now_ms};
+use crate::services::batch::Parked;
 use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -239,35 +240,56 @@ impl Node {
                 ),
             ));
         }
-        let mut instance = self.runtime.checkout().await.map_err(|e| match e.limit {
-            Some(limit) => self.trap_error(Some(limit), &anyhow::anyhow!("{e}")),
-            None => RowError::new("guest_unavailable", e.message),
-        })?;
-        let processed = instance.process(input, scopes).await;
-        self.rows_truncated
-            .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
-        match processed {
-            Ok(outcomes) if outcomes.len() == input.len() => {
-                self.runtime.checkin(instance);
-                self.traps_in_a_row.store(0, Ordering::Relaxed);
-                Ok(outcomes
-                    .into_iter()
-                    .map(|o| self.within_output_limit(o))
-                    .collect())
+        loop {
+            let slot = match &self.guest_slots {
+                Some(slots) => Some(slots.acquire().await.expect("never closed")),
+                None => None,
+            };
+            let mut instance = self.runtime.checkout().await.map_err(|e| match e.limit {
+                Some(limit) => self.trap_error(Some(limit), &anyhow::anyhow!("{e}")),
+                None => RowError::new("guest_unavailable", e.message),
+            })?;
+            let run = scopes.iter().map(RowScope::restart).collect();
+            let processed = instance.process(input, run).await;
+            self.rows_truncated
+                .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
+            drop(slot);
+            let parked = match &processed {
+                Err(e) => e.downcast_ref::<Parked>().cloned(),
+                Ok(_) => None,
+            };
+            if let Some(parked) = parked {
+                // The instance is dropped: a waiting row holds only its data.
+                drop(instance);
+                parked
+                    .wait()
+                    .await
+                    .map_err(|detached| RowError::new("detached", detached))?;
+                continue;
             }
-            Ok(outcomes) => Err(RowError::new(
-                "guest_contract_violation",
-                format!(
-                    "the component returned {} outcomes for {} rows",
-                    outcomes.len(),
-                    input.len()
-                ),
-            )),
-            // The instance is dropped: after a trap its state cannot be trusted.
-            Err(trap) => {
-                self.traps_in_a_row.fetch_add(1, Ordering::Relaxed);
-                Err(self.trap_error(instance.limit_hit(), &trap))
-            }
+            return match processed {
+                Ok(outcomes) if outcomes.len() == input.len() => {
+                    self.runtime.checkin(instance);
+                    self.traps_in_a_row.store(0, Ordering::Relaxed);
+                    Ok(outcomes
+                        .into_iter()
+                        .map(|o| self.within_output_limit(o))
+                        .collect())
+                }
+                Ok(outcomes) => Err(RowError::new(
+                    "guest_contract_violation",
+                    format!(
+                        "the component returned {} outcomes for {} rows",
+                        outcomes.len(),
+                        input.len()
+                    ),
+                )),
+                // The instance is dropped: after a trap its state cannot be trusted.
+                Err(trap) => {
+                    self.traps_in_a_row.fetch_add(1, Ordering::Relaxed);
+                    Err(self.trap_error(instance.limit_hit(), &trap))
+                }
+            };
         }
     }
 

@@ -135,7 +135,14 @@ impl GuestInstance {
         let result = self.exports.process(&mut self.store, rows).await;
         self.store.data_mut().end_call();
         let stderr = self.store.data().stderr.take();
-        result.map_err(|trap| explain_trap(&trap, &stderr))
+        result.map_err(|trap| {
+            // Not a fault: the row waits on a provider batch (see `Parked`).
+            if let Some(parked) = trap.downcast_ref::<crate::services::batch::Parked>() {
+                anyhow::Error::new(parked.clone())
+            } else {
+                explain_trap(&trap, &stderr)
+            }
+        })
     }
 
     /// The limit that made the last call trap, if one did.

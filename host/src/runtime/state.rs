@@ -9,6 +9,7 @@ use super::stderr::StderrTail;
 use crate::config::GuestLimits;
 use crate::hashing;
 use crate::services::audit::{AttributeRecord, AuditLog, CallRecord, Json, Record, now_ms};
+use crate::services::batch::{self, BatchQueue, Lookup, Parked};
 use crate::services::executor::{self, Endpoint};
 use crate::terminal;
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,6 +63,15 @@ pub struct RowScope {
 }
 
 impl RowScope {
+    /// The same node state run again from the start: its requests are
+    /// numbered afresh, its calls go on being numbered where they were.
+    pub fn restart(&self) -> Self {
+        Self {
+            requests: Arc::new(AtomicU32::new(0)),
+            ..self.clone()
+        }
+    }
+
     pub fn new(
         state_id: u64,
         row_index: u64,
@@ -243,33 +253,163 @@ impl WasiView for GuestState {
 impl v0_2::weir::transform::types::Host for GuestState {}
 
 impl v0_2::weir::transform::executor::Host for GuestState {
-    async fn send(&mut self, requests: Vec<Request>) -> Vec<Result<Response, CallError>> {
-        let calls = requests.into_iter().map(|request| {
-            let scope = self.scope.get(request.row as usize).cloned();
-            let node = Arc::clone(&self.node);
-            let rows = self.scope.len();
-            async move {
-                let Some(scope) = scope else {
-                    return Err(CallError::Denied(format!(
-                        "row index {} is out of range: this call has {rows} rows",
-                        request.row
-                    )));
-                };
-                if !node.endpoints.contains(&request.endpoint) {
-                    return Err(CallError::Denied(denied_message(&node, &request.endpoint)));
-                }
-                match &node.outbound {
-                    Outbound::Live(grants) => {
-                        let endpoint = &grants[&request.endpoint];
-                        send_one(&node, endpoint, &scope, request.body).await
-                    }
-                    Outbound::Scripted(script) => {
-                        script.answer(request.row, &request.endpoint, &request.body)
-                    }
-                }
+    /// Every request is numbered in the order the component gave it, so a
+    /// row run again numbers its requests the same way. When any request
+    /// waits on a provider batch, nothing is sent and the component stops
+    /// (`Parked`): the row runs again once the answers are in.
+    async fn send(
+        &mut self,
+        requests: Vec<Request>,
+    ) -> wasmtime::Result<Vec<Result<Response, CallError>>> {
+        let mut plans = Vec::with_capacity(requests.len());
+        let mut waits = Vec::new();
+        for request in requests {
+            match self.plan(request) {
+                Plan::Wait(queue, custom_id) => waits.push((queue, custom_id)),
+                plan => plans.push(plan),
+            }
+        }
+        if !waits.is_empty() {
+            return Err(wasmtime::Error::new(Parked { waits }));
+        }
+        let node = &self.node;
+        let calls = plans.into_iter().map(|plan| async move {
+            match plan {
+                Plan::Done(result) => result,
+                Plan::Send {
+                    endpoint,
+                    scope,
+                    request_index,
+                    body,
+                } => send_one(node, &endpoint, &scope, request_index, body).await,
+                Plan::Wait(..) => unreachable!("waits return above"),
             }
         });
-        futures::future::join_all(calls).await
+        Ok(futures::future::join_all(calls).await)
+    }
+}
+
+/// What becomes of one request of a `send`.
+enum Plan {
+    Done(Result<Response, CallError>),
+    Send {
+        endpoint: Arc<Endpoint>,
+        scope: RowScope,
+        request_index: u32,
+        body: String,
+    },
+    Wait(Arc<BatchQueue>, String),
+}
+
+impl GuestState {
+    fn plan(&mut self, request: Request) -> Plan {
+        let rows = self.scope.len();
+        let Some(scope) = self.scope.get(request.row as usize).cloned() else {
+            return Plan::Done(Err(CallError::Denied(format!(
+                "row index {} is out of range: this call has {rows} rows",
+                request.row
+            ))));
+        };
+        if !self.node.endpoints.contains(&request.endpoint) {
+            return Plan::Done(Err(CallError::Denied(denied_message(
+                &self.node,
+                &request.endpoint,
+            ))));
+        }
+        let request_index = scope.requests.fetch_add(1, Ordering::Relaxed);
+        let endpoint = match &self.node.outbound {
+            Outbound::Scripted(script) => {
+                return Plan::Done(script.answer(request.row, &request.endpoint, &request.body));
+            }
+            Outbound::Live(grants) => Arc::clone(&grants[&request.endpoint]),
+        };
+        if let (Some(queue), Some(audit)) = (endpoint.batch(), &self.node.audit) {
+            let request_sha256 = hashing::json_text_sha256(&request.body);
+            let custom_id = batch::custom_id(
+                audit.run_id(),
+                scope.row_index,
+                scope.node_id,
+                request_index,
+                &request_sha256,
+            );
+            let lookup = queue.lookup(batch::Request {
+                custom_id: custom_id.clone(),
+                row_index: scope.row_index,
+                node_id: scope.node_id,
+                request_index,
+                request_sha256,
+                body: request.body.clone(),
+            });
+            match lookup {
+                Lookup::Answer(answer) => {
+                    let result = batch_answer(
+                        audit,
+                        &endpoint,
+                        &scope,
+                        request_index,
+                        &request.body,
+                        answer,
+                    );
+                    return Plan::Done(result);
+                }
+                Lookup::Wait => return Plan::Wait(Arc::clone(queue), custom_id),
+                Lookup::Online => {}
+            }
+        }
+        Plan::Send {
+            endpoint,
+            scope,
+            request_index,
+            body: request.body,
+        }
+    }
+}
+
+/// A batch's answer as the component gets it, recorded as a call the first
+/// time a row takes it, with its cost at the Batch API's price.
+fn batch_answer(
+    audit: &AuditLog,
+    endpoint: &Endpoint,
+    scope: &RowScope,
+    request_index: u32,
+    body: &str,
+    answer: batch::Answer,
+) -> Result<Response, CallError> {
+    let cost = (!answer.used_before && (200..300).contains(&answer.status))
+        .then(|| endpoint.batch_answer_taken(body, &answer.body, answer.tokens))
+        .flatten();
+    audit.record(Record::Call(CallRecord {
+        state_id: scope.state_id,
+        row_index: scope.row_index,
+        node_id: scope.node_id,
+        call_index: scope.calls.fetch_add(1, Ordering::Relaxed),
+        endpoint: endpoint.name.clone(),
+        request_index,
+        attempt: 1,
+        request: Json::Text(Arc::from(body)),
+        response: Some(Json::Text(Arc::from(answer.body.as_str()))),
+        status: Some(answer.status),
+        error: None,
+        retry_cause: None,
+        latency_ms: 0,
+        prompt_tokens: answer.tokens.map(|t| t.0),
+        completion_tokens: answer.tokens.map(|t| t.1),
+        started_at_ms: now_ms(),
+        replayed: answer.used_before,
+        cost: cost.map(|c| (c.usd, c.estimated)),
+        cached: false,
+        provider_batch: answer.batch_id,
+    }));
+    let response = Response {
+        status: answer.status,
+        body: answer.body,
+        attempts: 1,
+        latency_ms: 0,
+    };
+    if (200..300).contains(&response.status) {
+        Ok(response)
+    } else {
+        Err(CallError::Status(response))
     }
 }
 
@@ -290,9 +430,9 @@ async fn send_one(
     node: &NodeServices,
     endpoint: &Endpoint,
     scope: &RowScope,
+    request_index: u32,
     body: String,
 ) -> Result<Response, CallError> {
-    let request_index = scope.requests.fetch_add(1, Ordering::Relaxed);
     let Some(audit) = &node.audit else {
         if let Some(answer) = endpoint.cached_answer(&body) {
             return Ok(to_wit_response(answer));
@@ -324,6 +464,7 @@ async fn send_one(
         replayed: false,
         cost: None,
         cached: false,
+        provider_batch: None,
     };
     if let Some(replay) = audit.replay() {
         // Only a resumed run hashes here: the hash is what it looks up.
@@ -468,22 +609,24 @@ impl v0_1::weir::transform::executor::Host for GuestState {
     async fn send(
         &mut self,
         requests: Vec<v0_1::weir::transform::executor::Request>,
-    ) -> Vec<
-        Result<
-            v0_1::weir::transform::executor::Response,
-            v0_1::weir::transform::executor::CallError,
+    ) -> wasmtime::Result<
+        Vec<
+            Result<
+                v0_1::weir::transform::executor::Response,
+                v0_1::weir::transform::executor::CallError,
+            >,
         >,
     > {
         let requests = requests.into_iter().map(v0_1::request_to_current).collect();
-        v0_2::weir::transform::executor::Host::send(self, requests)
-            .await
+        Ok(v0_2::weir::transform::executor::Host::send(self, requests)
+            .await?
             .into_iter()
             .map(|result| {
                 result
                     .map(v0_1::response_from_current)
                     .map_err(v0_1::call_error_from_current)
             })
-            .collect()
+            .collect())
     }
 }
 

@@ -63,6 +63,11 @@ impl Budget {
         ledger.spent += actual;
     }
 
+    /// A cost known only after the fact: a provider batch's answer.
+    pub fn spend(&self, usd: f64) {
+        self.ledger.lock().expect("budget lock").spent += usd;
+    }
+
     pub fn spent(&self) -> f64 {
         self.ledger.lock().expect("budget lock").spent
     }

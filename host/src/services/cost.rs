@@ -20,6 +20,10 @@ pub struct CallCost {
     pub estimated: bool,
 }
 
+/// What a Batch API answer costs against the online price: OpenAI, Azure
+/// OpenAI and Anthropic all charge half.
+pub const BATCH_PRICE_FACTOR: f64 = 0.5;
+
 /// Output tokens assumed at least for the first requests of an endpoint.
 const FIRST_OUTPUT_TOKENS: u64 = 16;
 

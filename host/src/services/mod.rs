@@ -1,6 +1,7 @@
 //! The services the host hands to guests through WIT imports.
 
 pub mod audit;
+pub mod batch;
 pub mod budget;
 pub mod cache;
 pub mod cost;

@@ -73,6 +73,7 @@ impl RunStop {
     pub fn drain(&self, reason: StopReason) {
         let _ = self.reason.set(reason);
         self.draining.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
     }
 
     /// Stops reading rows and cuts every call in flight.
@@ -92,6 +93,17 @@ impl RunStop {
 
     pub fn reason(&self) -> Option<&StopReason> {
         self.reason.get()
+    }
+
+    /// Resolves once the run stops reading rows (drains or aborts).
+    pub async fn draining(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_draining() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Resolves once the run is aborted.

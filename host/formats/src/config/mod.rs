@@ -12,8 +12,8 @@ pub use money::CACHE_FILE_NAME;
 pub use shard::{Shard, part_path};
 
 pub use model::{
-    BatchMode, CacheSpec, EndpointKind, EndpointSpec, Format, ModelPriceSpec, PipelineSpec,
-    PriceSpec,
+    BatchFallback, BatchMode, CacheSpec, EndpointKind, EndpointMode, EndpointSpec, Format,
+    ModelPriceSpec, PipelineSpec, PriceSpec,
 };
 
 use model::OnErrorSpec;
@@ -282,6 +282,10 @@ const ROW_WINDOW: usize = 256;
 /// Finished rows a node may hold behind a slower one by default. They hold
 /// only their output: a few MB at typical row sizes.
 pub const DEFAULT_REORDER_WINDOW: usize = 4096;
+
+/// Rows of a node granted a Batch API endpoint that may wait for answers at
+/// once, by default: a waiting row keeps its data, not an instance.
+pub const BATCH_ROWS_WAITING: usize = 100_000;
 
 /// Reads, interpolates from the process environment, parses and checks.
 pub fn load(path: &Path) -> Result<Pipeline> {
@@ -663,9 +667,17 @@ fn resolve_nodes(
                 }
             }
         }
+        // Rows waiting on a provider batch hold no instance, only their
+        // data: they are many, so that each batch is large.
+        let batch_mode = grants.iter().any(|(_, endpoint)| {
+            spec.endpoints
+                .get(endpoint)
+                .is_some_and(|e| e.mode == EndpointMode::Batch)
+        });
         let concurrency = match t.concurrency {
             Some(0) => return Err(at("concurrency", "concurrency must be at least 1".into())),
             Some(c) => c,
+            None if batch_mode => BATCH_ROWS_WAITING,
             None if pool_total > 0 => pool_total
                 .saturating_mul(2)
                 .max(pool_total.saturating_add(ROW_WINDOW)),
@@ -679,6 +691,7 @@ fn resolve_nodes(
                 ));
             }
             Some(w) => w,
+            None if batch_mode => BATCH_ROWS_WAITING,
             None => DEFAULT_REORDER_WINDOW,
         };
         let row_deadline = positive_seconds(t.row_deadline_seconds).map_err(|got| {
@@ -716,6 +729,51 @@ fn resolve_nodes(
         });
     }
     Ok(nodes)
+}
+
+/// The most requests one provider batch may hold (OpenAI: 50,000 a file;
+/// Azure OpenAI global batch and Anthropic: 100,000).
+pub fn provider_batch_limit(kind: EndpointKind) -> usize {
+    match kind {
+        EndpointKind::Openai => 50_000,
+        EndpointKind::AzureOpenai | EndpointKind::Anthropic => 100_000,
+        EndpointKind::Http => 0,
+    }
+}
+
+fn check_batch_mode(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<()> {
+    let at = |field: &str, msg: String| file.error_at(&["endpoints", name, field], msg);
+    if e.mode == EndpointMode::Online {
+        return Ok(());
+    }
+    if e.kind == EndpointKind::Http {
+        return Err(at(
+            "mode",
+            format!(
+                "endpoint `{name}`: mode batch needs a provider with a Batch API: kind openai, \
+                 azure-openai or anthropic"
+            ),
+        ));
+    }
+    if seconds_in_range(e.batch_poll_seconds).is_none_or(|s| s.as_secs_f64() < 0.05) {
+        return Err(at(
+            "batch_poll_seconds",
+            format!(
+                "endpoint `{name}`: batch_poll_seconds must be from 0.05 seconds to a year, got {}",
+                e.batch_poll_seconds
+            ),
+        ));
+    }
+    let limit = provider_batch_limit(e.kind);
+    if let Some(max) = e.batch_max_requests
+        && !(1..=limit).contains(&max)
+    {
+        return Err(at(
+            "batch_max_requests",
+            format!("endpoint `{name}`: batch_max_requests must be from 1 to {limit}, got {max}"),
+        ));
+    }
+    Ok(())
 }
 
 fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<()> {
@@ -762,6 +820,7 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
     if let Some(price) = &e.price {
         money::check_price(file, name, price)?;
     }
+    check_batch_mode(file, name, e)?;
     // `${VAR}` stands for a variable not set while a pipeline is checked
     // without its secrets (`load_without_secrets`); `run` needs it set.
     if let Some(url) = &e.base_url

@@ -169,6 +169,37 @@ pub struct EndpointSpec {
     /// (each shard has its own key, say).
     #[serde(default)]
     pub rate_limits_per_shard: bool,
+    /// `online` sends each request as it comes; `batch` gathers them into the
+    /// provider's Batch API: half the price, answers within 24 hours.
+    #[serde(default)]
+    pub mode: EndpointMode,
+    /// How often a provider batch's status is asked for.
+    #[serde(default = "defaults::batch_poll_seconds")]
+    pub batch_poll_seconds: f64,
+    /// Where a request goes after its batch line failed for capacity or a
+    /// server error, or expired: into the next batch, or online.
+    #[serde(default)]
+    pub batch_fallback: BatchFallback,
+    /// At most this many requests in one provider batch; the provider's
+    /// limit when unset.
+    #[serde(default)]
+    pub batch_max_requests: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndpointMode {
+    #[default]
+    Online,
+    Batch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchFallback {
+    #[default]
+    Batch,
+    Online,
 }
 
 pub mod defaults {
@@ -231,6 +262,9 @@ pub mod defaults {
     }
     pub fn abort_after_seconds() -> f64 {
         60.0
+    }
+    pub fn batch_poll_seconds() -> f64 {
+        30.0
     }
 }
 

@@ -30,6 +30,9 @@ pub struct RunInfo {
     pub cost_usd: Option<f64>,
     /// `I/N` for a shard's run, `merged N` for a merge of N shards.
     pub shard: Option<String>,
+    /// (endpoint, provider batch id) of the run's Batch API batches that
+    /// the provider may still be working on.
+    pub open_batches: Vec<(String, String)>,
 }
 
 impl RunInfo {
@@ -183,7 +186,29 @@ impl History {
                 [run_id],
                 |r| r.get(0),
             )?,
+            open_batches: self.open_batches(run_id)?,
         })
+    }
+
+    /// The run's provider batches submitted and not seen to end, oldest
+    /// first; none in a database older than Batch API mode.
+    pub fn open_batches(&self, run_id: i64) -> Result<Vec<(String, String)>> {
+        let has_table: bool = self.conn.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'provider_batches'",
+            [],
+            |r| r.get(0),
+        )?;
+        if !has_table {
+            return Ok(Vec::new());
+        }
+        let mut query = self.conn.prepare(
+            "SELECT endpoint, batch_id FROM provider_batches
+             WHERE run_id = ?1 AND state = 'submitted' AND batch_id IS NOT NULL ORDER BY job_id",
+        )?;
+        let batches = query
+            .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(batches)
     }
 
     pub fn row(&self, run_id: i64, row_index: u64) -> Result<RowStory> {

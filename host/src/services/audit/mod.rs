@@ -315,7 +315,7 @@ pub fn open_database(path: &Path) -> Result<Connection> {
 
 /// Bumped whenever `schema.sql` changes shape; `MIGRATIONS` takes a database
 /// of an earlier version to it.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The oldest schema a run can upgrade (`MIGRATIONS` starts there).
 pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
@@ -341,6 +341,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
          ALTER TABLE segments ADD COLUMN source_mtime_ns INTEGER;
          ALTER TABLE segments ADD COLUMN source_sha256 TEXT;",
     ),
+    // The Batch API tables are new; schema.sql creates them.
+    (5, "ALTER TABLE calls ADD COLUMN provider_batch TEXT;"),
 ];
 
 /// Brings a database made by an earlier weir up to this schema, one version

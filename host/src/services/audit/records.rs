@@ -130,6 +130,8 @@ pub struct CallRecord {
     pub cost: Option<(f64, bool)>,
     /// Answered from the response cache; nothing was sent.
     pub cached: bool,
+    /// The provider batch (its id) that answered this call, in batch mode.
+    pub provider_batch: Option<String>,
 }
 
 pub struct OutcomeRecord {

@@ -128,6 +128,7 @@ CREATE TABLE IF NOT EXISTS calls (
     cost_usd           REAL,              -- by the endpoint's price, for a successful attempt
     cost_estimated     INTEGER,           -- 1: the answer had no usage; tokens were estimated from the text
     cached             INTEGER NOT NULL DEFAULT 0, -- 1: answered from the response cache, not sent
+    provider_batch     TEXT,              -- the provider's batch id, for a call answered through a Batch API
     -- Keyed by row first, so a row's calls are found without another index.
     PRIMARY KEY (run_id, row_index, state_id, call_index)
 ) WITHOUT ROWID;
@@ -195,3 +196,43 @@ CREATE TABLE IF NOT EXISTS endpoint_events (
     event     TEXT NOT NULL,          -- breaker_open | breaker_half_open | breaker_closed
     detail    TEXT NOT NULL
 );
+
+-- Batch API mode. Every request is recorded here, with the batch it goes in,
+-- before that batch is uploaded or submitted (write-ahead): a run killed at
+-- any moment finds on resume what the provider holds, and never submits a
+-- request twice. `custom_id` is derived from (run, row, node, request).
+CREATE TABLE IF NOT EXISTS provider_batches (
+    run_id          INTEGER NOT NULL,
+    job_id          INTEGER NOT NULL,     -- weir's number for the batch, in order of preparation
+    endpoint        TEXT NOT NULL,
+    state           TEXT NOT NULL,        -- preparing | uploaded | submitted | ended | cancelled
+    input_file_id   TEXT,                 -- OpenAI / Azure: the uploaded JSONL file
+    batch_id        TEXT,                 -- the provider's id for the batch
+    status          TEXT,                 -- the provider's status when last asked
+    requests        INTEGER NOT NULL,
+    succeeded       INTEGER,
+    failed          INTEGER,
+    prepared_at_ms  INTEGER NOT NULL,
+    submitted_at_ms INTEGER,
+    ended_at_ms     INTEGER,
+    PRIMARY KEY (run_id, job_id)
+);
+
+CREATE TABLE IF NOT EXISTS batch_requests (
+    run_id          INTEGER NOT NULL,
+    custom_id       TEXT NOT NULL,
+    endpoint        TEXT NOT NULL,
+    row_index       INTEGER NOT NULL,
+    node_id         INTEGER NOT NULL,
+    request_index   INTEGER NOT NULL,
+    request_sha256  TEXT NOT NULL,
+    body            TEXT NOT NULL,        -- the component's request, as a batch line carries it; no secrets
+    job_id          INTEGER,              -- the batch it was last put in
+    state           TEXT NOT NULL,        -- submitted | answered | failed | retry
+    status          INTEGER,              -- the HTTP status of its answer
+    response        TEXT,                 -- the answer's body
+    error           TEXT,                 -- why its line failed, as the provider said
+    prompt_tokens   INTEGER,
+    completion_tokens INTEGER,
+    PRIMARY KEY (run_id, custom_id)
+) WITHOUT ROWID;

@@ -237,7 +237,7 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
             tx.prepare_cached(
                 "INSERT INTO calls
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                         ?18, ?19, ?20, ?21)",
+                         ?18, ?19, ?20, ?21, ?22)",
             )?
             .execute(params![
                 run,
@@ -260,7 +260,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 c.replayed,
                 c.cost.map(|(usd, _)| usd),
                 c.cost.map(|(_, estimated)| estimated),
-                c.cached
+                c.cached,
+                c.provider_batch
             ])?;
         }
         Record::Commit(commit) => {

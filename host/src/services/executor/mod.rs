@@ -4,7 +4,7 @@
 //! capacity errors until a deadline, transient ones a bounded number of times,
 //! and never the ones retrying cannot fix.
 
-mod anthropic;
+pub(crate) mod anthropic;
 mod breaker;
 mod health;
 mod limiter;
@@ -17,8 +17,9 @@ mod target;
 pub use breaker::BreakerState;
 pub use stats::{Money, StatsSnapshot};
 
-use crate::config::{EndpointKind, EndpointSpec};
+use crate::config::{EndpointKind, EndpointMode, EndpointSpec};
 use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
+use crate::services::batch::BatchQueue;
 use crate::services::budget::{Budget, Hold};
 use crate::services::cache::{self, ResponseCache};
 use crate::services::cost::{self, CallCost};
@@ -71,6 +72,12 @@ pub struct Attempt<'a> {
     pub tokens: Option<(u64, u64)>,
     /// What a successful attempt cost, by the endpoint's price.
     pub cost: Option<CallCost>,
+}
+
+/// The headers an endpoint's requests carry, its key among them: for the
+/// Batch API calls made outside a run (`weir cancel`).
+pub fn request_headers(name: &str, spec: &EndpointSpec) -> Result<reqwest::header::HeaderMap> {
+    Ok(Target::new(name, spec)?.headers)
 }
 
 /// What every endpoint of a run shares besides the audit trail.
@@ -141,6 +148,8 @@ pub struct Endpoint {
     audit: Option<Arc<AuditLog>>,
     /// Taken out of every answer before anyone reads it.
     secrets: Secrets,
+    /// `mode: batch`: where requests wait for the provider's batches.
+    batch: Option<Arc<BatchQueue>>,
 }
 
 /// Why a request stopped waiting or retrying.
@@ -157,6 +166,18 @@ impl Endpoint {
         controls: &RunControls,
     ) -> Result<Self> {
         let target = Target::new(name, spec)?;
+        // Without an audit trail (`weir validate`) nothing is sent.
+        let batch = match (&audit, spec.mode) {
+            (Some(audit), EndpointMode::Batch) => Some(Arc::new(BatchQueue::open(
+                name,
+                spec,
+                target.headers.clone(),
+                audit.path(),
+                audit.run_id(),
+                Arc::clone(&controls.stop),
+            )?)),
+            _ => None,
+        };
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
             .pool_max_idle_per_host(spec.pool_size)
@@ -190,7 +211,38 @@ impl Endpoint {
             cache: controls.caches.get(name).cloned(),
             audit,
             secrets: Secrets::of(spec),
+            batch,
         })
+    }
+
+    /// A row took a provider batch's answer for the first time: counts its
+    /// tokens, and its cost at the Batch API's price in the endpoint's
+    /// figures and against the budget, with the saving over the online price.
+    pub fn batch_answer_taken(
+        &self,
+        request: &str,
+        answer: &str,
+        tokens: Option<(u64, u64)>,
+    ) -> Option<CallCost> {
+        if let Some((prompt, completion)) = tokens {
+            self.stats.tokens(prompt, completion);
+        }
+        let online = cost::call_cost(self.spec.price.as_ref()?, request, answer);
+        let paid = CallCost {
+            usd: online.usd * cost::BATCH_PRICE_FACTOR,
+            ..online
+        };
+        self.stats.cost(paid.usd, paid.estimated);
+        self.budget.spend(paid.usd);
+        if let Some(batch) = &self.batch {
+            batch.saved(online.usd - paid.usd);
+        }
+        Some(paid)
+    }
+
+    /// Where the endpoint's requests wait for batches, in batch mode.
+    pub fn batch(&self) -> Option<&Arc<BatchQueue>> {
+        self.batch.as_ref()
     }
 
     pub fn display_url(&self) -> String {

@@ -1,0 +1,350 @@
+//! The providers' Batch APIs over HTTP: upload (OpenAI, Azure OpenAI),
+//! create, look up, poll, fetch results and cancel. Auth headers are the
+//! endpoint's own; nothing here is shown to guests.
+
+use super::lines::{self, LineResult, Wire};
+use super::store::Request;
+use crate::config::model::defaults::{ANTHROPIC_BASE_URL, OPENAI_BASE_URL};
+use crate::config::{EndpointKind, EndpointSpec};
+use anyhow::{Context, Result, bail};
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A batch as the provider reports it.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    pub status: String,
+    /// The provider will not work on it any more.
+    pub ended: bool,
+    pub total: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub results_url: Option<String>,
+    /// Why the provider refused the whole batch (OpenAI `failed`).
+    pub errors: Option<String>,
+}
+
+pub struct Client {
+    wire: Wire,
+    /// OpenAI: `…/v1`; Azure: `…/openai`; Anthropic: `…/v1/messages/batches`.
+    base: String,
+    /// Azure's `api-version`.
+    query: Vec<(String, String)>,
+    deployment: Option<String>,
+    headers: HeaderMap,
+    http: reqwest::Client,
+}
+
+/// A refusal by the provider, with its status: 401/403 stop the run.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: u16,
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "status {}: {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Client {
+    pub fn new(name: &str, spec: &EndpointSpec, headers: HeaderMap) -> Result<Self> {
+        let base = spec
+            .base_url
+            .as_deref()
+            .unwrap_or(match spec.kind {
+                EndpointKind::Anthropic => ANTHROPIC_BASE_URL,
+                _ => OPENAI_BASE_URL,
+            })
+            .trim_end_matches('/');
+        let (wire, base, query) = match spec.kind {
+            EndpointKind::Openai => (Wire::OpenAi, base.to_string(), Vec::new()),
+            EndpointKind::AzureOpenai => (
+                Wire::Azure,
+                format!("{base}/openai"),
+                vec![(
+                    "api-version".to_string(),
+                    spec.api_version.clone().unwrap_or_default(),
+                )],
+            ),
+            EndpointKind::Anthropic => (
+                Wire::Anthropic,
+                format!("{base}/v1/messages/batches"),
+                Vec::new(),
+            ),
+            EndpointKind::Http => bail!("endpoint `{name}`: kind http has no Batch API"),
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
+            // Uploads and result files can be hundreds of MB.
+            .timeout(Duration::from_secs(600))
+            .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?;
+        Ok(Self {
+            wire,
+            base,
+            query,
+            deployment: spec.deployment.clone(),
+            headers,
+            http,
+        })
+    }
+
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
+    /// The batch's lines as JSONL (OpenAI, Azure) or as Anthropic's list.
+    fn lines(&self, requests: &[Request]) -> Vec<Value> {
+        requests
+            .iter()
+            .map(|r| lines::line(self.wire, &r.custom_id, &r.body, self.deployment.as_deref()))
+            .collect()
+    }
+
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let mut headers = self.headers.clone();
+        headers.remove(CONTENT_TYPE);
+        self.http
+            .request(method, url)
+            .headers(headers)
+            .query(&self.query)
+    }
+
+    async fn send(&self, builder: reqwest::RequestBuilder, what: &str) -> Result<String> {
+        let response = builder
+            .send()
+            .await
+            .with_context(|| format!("cannot {what}"))?;
+        let status = response.status().as_u16();
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("cannot {what}: the answer broke off"))?;
+        if !(200..300).contains(&status) {
+            return Err(anyhow::Error::new(Refused {
+                status,
+                message: excerpt(&text),
+            })
+            .context(format!("cannot {what}")));
+        }
+        Ok(text)
+    }
+
+    async fn send_json(&self, builder: reqwest::RequestBuilder, what: &str) -> Result<Value> {
+        let text = self.send(builder, what).await?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("cannot {what}: the answer is not JSON: {}", excerpt(&text)))
+    }
+
+    /// OpenAI and Azure: uploads the batch's JSONL file; returns its id.
+    pub async fn upload(&self, requests: &[Request]) -> Result<String> {
+        let mut jsonl = String::new();
+        for line in self.lines(requests) {
+            jsonl.push_str(&line.to_string());
+            jsonl.push('\n');
+        }
+        let part = reqwest::multipart::Part::text(jsonl)
+            .file_name("weir-batch.jsonl")
+            .mime_str("application/jsonl")?;
+        let form = reqwest::multipart::Form::new()
+            .text("purpose", "batch")
+            .part("file", part);
+        let url = format!("{}/files", self.base);
+        let file = self
+            .send_json(
+                self.request(reqwest::Method::POST, &url).multipart(form),
+                "upload the batch file",
+            )
+            .await?;
+        string_field(&file, "id").context("the uploaded file has no id")
+    }
+
+    /// Creates the batch; `tag` goes in its metadata (OpenAI, Azure), so a
+    /// run killed before it recorded the id can find it again.
+    pub async fn create(
+        &self,
+        file_id: Option<&str>,
+        requests: &[Request],
+        tag: &str,
+    ) -> Result<String> {
+        let (url, body) = match self.wire {
+            Wire::OpenAi | Wire::Azure => (
+                format!("{}/batches", self.base),
+                json!({
+                    "input_file_id": file_id.context("an OpenAI batch needs its file")?,
+                    "endpoint": if self.wire == Wire::Azure { "/chat/completions" } else { "/v1/chat/completions" },
+                    "completion_window": "24h",
+                    "metadata": { "weir_batch": tag },
+                }),
+            ),
+            Wire::Anthropic => (
+                self.base.clone(),
+                json!({ "requests": self.lines(requests) }),
+            ),
+        };
+        let batch = self
+            .send_json(
+                self.request(reqwest::Method::POST, &url).json(&body),
+                "create the batch",
+            )
+            .await?;
+        string_field(&batch, "id").context("the new batch has no id")
+    }
+
+    /// OpenAI, Azure: the batch whose metadata carries `tag`, among the
+    /// newest ones.
+    pub async fn find(&self, tag: &str) -> Result<Option<String>> {
+        if self.wire == Wire::Anthropic {
+            return Ok(None);
+        }
+        let url = format!("{}/batches", self.base);
+        let list = self
+            .send_json(
+                self.request(reqwest::Method::GET, &url)
+                    .query(&[("limit", "100")]),
+                "list the batches",
+            )
+            .await?;
+        Ok(list["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|b| b["metadata"]["weir_batch"] == tag)
+            .and_then(|b| string_field(b, "id")))
+    }
+
+    pub async fn status(&self, batch_id: &str) -> Result<Status> {
+        let url = match self.wire {
+            Wire::OpenAi | Wire::Azure => format!("{}/batches/{batch_id}", self.base),
+            Wire::Anthropic => format!("{}/{batch_id}", self.base),
+        };
+        let batch = self
+            .send_json(
+                self.request(reqwest::Method::GET, &url),
+                &format!("ask for batch {batch_id}"),
+            )
+            .await?;
+        Ok(match self.wire {
+            Wire::OpenAi | Wire::Azure => {
+                let status = string_field(&batch, "status").unwrap_or_default();
+                let counts = &batch["request_counts"];
+                Status {
+                    ended: matches!(
+                        status.as_str(),
+                        "completed" | "failed" | "expired" | "cancelled"
+                    ),
+                    total: counts["total"].as_u64().unwrap_or(0),
+                    done: counts["completed"].as_u64().unwrap_or(0),
+                    failed: counts["failed"].as_u64().unwrap_or(0),
+                    output_file_id: string_field(&batch, "output_file_id"),
+                    error_file_id: string_field(&batch, "error_file_id"),
+                    results_url: None,
+                    errors: batch["errors"]["data"]
+                        .as_array()
+                        .filter(|e| !e.is_empty())
+                        .map(|e| {
+                            e.iter()
+                                .filter_map(|e| e["message"].as_str())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        }),
+                    status,
+                }
+            }
+            Wire::Anthropic => {
+                let status = string_field(&batch, "processing_status").unwrap_or_default();
+                let counts = &batch["request_counts"];
+                let count = |k: &str| counts[k].as_u64().unwrap_or(0);
+                let done = count("succeeded");
+                let failed = count("errored") + count("canceled") + count("expired");
+                Status {
+                    ended: status == "ended",
+                    total: done + failed + count("processing"),
+                    done,
+                    failed,
+                    output_file_id: None,
+                    error_file_id: None,
+                    results_url: string_field(&batch, "results_url"),
+                    errors: None,
+                    status,
+                }
+            }
+        })
+    }
+
+    /// Every result line of an ended batch, and how many could not be read.
+    pub async fn results(&self, status: &Status) -> Result<(Vec<LineResult>, usize)> {
+        let mut texts = Vec::new();
+        match self.wire {
+            Wire::OpenAi | Wire::Azure => {
+                for file in [&status.output_file_id, &status.error_file_id]
+                    .into_iter()
+                    .flatten()
+                {
+                    let url = format!("{}/files/{file}/content", self.base);
+                    texts.push(
+                        self.send(
+                            self.request(reqwest::Method::GET, &url),
+                            &format!("download the batch file {file}"),
+                        )
+                        .await?,
+                    );
+                }
+            }
+            Wire::Anthropic => {
+                if let Some(url) = &status.results_url {
+                    texts.push(
+                        self.send(
+                            self.request(reqwest::Method::GET, url),
+                            "download the batch results",
+                        )
+                        .await?,
+                    );
+                }
+            }
+        }
+        let mut results = Vec::new();
+        let mut unreadable = 0;
+        for text in texts {
+            let (mut more, bad) = lines::parse_results(self.wire, &text);
+            results.append(&mut more);
+            unreadable += bad;
+        }
+        Ok((results, unreadable))
+    }
+
+    pub async fn cancel(&self, batch_id: &str) -> Result<()> {
+        let url = match self.wire {
+            Wire::OpenAi | Wire::Azure => format!("{}/batches/{batch_id}/cancel", self.base),
+            Wire::Anthropic => format!("{}/{batch_id}/cancel", self.base),
+        };
+        self.send(
+            self.request(reqwest::Method::POST, &url),
+            &format!("cancel batch {batch_id}"),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn string_field(value: &Value, key: &str) -> Option<String> {
+    value.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// A provider's words, short and on one line.
+fn excerpt(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .take(300)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    crate::terminal::escape(&one_line).to_string()
+}

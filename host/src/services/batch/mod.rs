@@ -1,0 +1,689 @@
+//! Batch API mode: an endpoint's requests gathered into the provider's
+//! batches instead of sent one by one.
+//!
+//! A row whose component sends a request with no answer yet is parked: the
+//! request is queued here, the component's instance is dropped, and the row
+//! waits holding only its data. Once the batch that carries the request
+//! ends, the row runs again from the start; components are deterministic,
+//! so it sends the same requests, and those answered are answered from here.
+//! A row that sends again after reading an answer parks again: such rows
+//! proceed in rounds, one batch each.
+
+mod client;
+pub mod lines;
+mod store;
+
+use crate::config::{BatchFallback, EndpointSpec, provider_batch_limit};
+use crate::services::stop::{RunStop, StopReason};
+use anyhow::Result;
+use client::{Client, Refused, Status};
+use lines::{LineOutcome, LineResult};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use store::{Job, JobState, Recorded, Store};
+use tokio::sync::watch;
+
+pub use store::Request;
+
+/// A batch is sent once no new request has joined it for this long (or it
+/// is full): the rows in flight have all parked by then.
+const GATHER: Duration = Duration::from_millis(500);
+
+/// A request whose line failed in this many batches fails its row.
+const MAX_BATCH_ATTEMPTS: u32 = 3;
+
+/// Waits between tries of an upload, creation or poll the network broke.
+const NETWORK_BACKOFF: Duration = Duration::from_secs(2);
+
+/// What a row's request finds when it asks for its answer.
+pub enum Lookup {
+    Answer(Answer),
+    /// Not answered yet: the row parks.
+    Wait,
+    /// Its batch line failed for capacity or a server error and
+    /// `batch_fallback: online` sends it online.
+    Online,
+}
+
+/// A request's answer from a batch.
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+    pub tokens: Option<(u64, u64)>,
+    pub batch_id: Option<String>,
+    /// A row already took this answer, in this process or an earlier one:
+    /// its call and cost are recorded.
+    pub used_before: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Entry {
+    /// Queued for the next batch.
+    Waiting,
+    InJob,
+    Answered {
+        used: bool,
+    },
+    Failed,
+    Online,
+}
+
+#[derive(Default)]
+struct Queue {
+    entries: HashMap<String, Entry>,
+    /// Requests for the next batch, in the order they came.
+    waiting: Vec<Request>,
+    last_added: Option<Instant>,
+    /// Batches each request has been in, for those that failed before.
+    attempts: HashMap<String, u32>,
+}
+
+/// What the summary tells of an endpoint's batches.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct BatchStats {
+    pub batches: u64,
+    pub requests: u64,
+    pub answered: u64,
+    pub failed: u64,
+    pub resubmitted: u64,
+    /// From the first submission of this process to the last batch's end.
+    pub waited: Duration,
+    /// What the answers taken would have cost online, less what they cost.
+    pub saved_usd: f64,
+}
+
+pub struct BatchQueue {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    endpoint: String,
+    client: Client,
+    store: Store,
+    run_id: i64,
+    /// Where the audit database is: part of every batch's tag.
+    audit_path: String,
+    poll: Duration,
+    max_requests: usize,
+    fallback: BatchFallback,
+    stop: Arc<RunStop>,
+    queue: Mutex<Queue>,
+    /// Bumped whenever answers arrive: parked rows look again.
+    changed: watch::Sender<u64>,
+    counts: Counts,
+    /// Stopped when the queue is dropped; the provider keeps working on
+    /// what was submitted, and a resume follows it again.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+#[derive(Default)]
+struct Counts {
+    batches: AtomicU64,
+    requests: AtomicU64,
+    answered: AtomicU64,
+    failed: AtomicU64,
+    resubmitted: AtomicU64,
+    saved_usd: Mutex<f64>,
+    first_submit: Mutex<Option<Instant>>,
+    last_end: Mutex<Option<Instant>>,
+}
+
+impl BatchQueue {
+    /// Opens the endpoint's batch state for run `run_id` of the audit
+    /// database at `audit_path`, takes up the batches an earlier segment
+    /// left with the provider, and starts gathering.
+    pub fn open(
+        name: &str,
+        spec: &EndpointSpec,
+        headers: reqwest::header::HeaderMap,
+        audit_path: &Path,
+        run_id: i64,
+        stop: Arc<RunStop>,
+    ) -> Result<Self> {
+        let inner = Arc::new(Inner {
+            endpoint: name.to_string(),
+            client: Client::new(name, spec, headers)?,
+            store: Store::open(audit_path, run_id, name)?,
+            run_id,
+            audit_path: audit_path.display().to_string(),
+            poll: Duration::from_secs_f64(spec.batch_poll_seconds),
+            max_requests: spec
+                .batch_max_requests
+                .unwrap_or_else(|| provider_batch_limit(spec.kind)),
+            fallback: spec.batch_fallback,
+            stop,
+            queue: Mutex::new(Queue::default()),
+            changed: watch::channel(0).0,
+            counts: Counts::default(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let queue = Self {
+            inner: Arc::clone(&inner),
+        };
+        queue.take_up_recorded()?;
+        let gatherer = tokio::spawn(Arc::clone(&inner).gather());
+        inner.keep(gatherer.abort_handle());
+        Ok(queue)
+    }
+
+    /// What an earlier segment left: answers to hand out, batches to
+    /// follow, requests to send again.
+    fn take_up_recorded(&self) -> Result<()> {
+        let inner = &self.inner;
+        let recorded = inner.store.recorded()?;
+        {
+            let mut queue = inner.queue();
+            for (custom_id, recorded) in recorded {
+                let entry = match recorded {
+                    Recorded::Answered { used } => Entry::Answered { used },
+                    Recorded::Failed => Entry::Failed,
+                    // The row sends it again when it runs, and it is queued then.
+                    Recorded::Retry => continue,
+                    Recorded::InJob => Entry::InJob,
+                };
+                queue.entries.insert(custom_id, entry);
+            }
+        }
+        for job in inner.store.open_jobs()? {
+            let task = tokio::spawn(Arc::clone(inner).follow(job));
+            inner.keep(task.abort_handle());
+        }
+        Ok(())
+    }
+
+    /// The answer to a request, or what the row should do meanwhile. A
+    /// request seen for the first time is queued for the next batch.
+    pub fn lookup(&self, request: Request) -> Lookup {
+        let inner = &self.inner;
+        let mut queue = inner.queue();
+        let used_before = match queue.entries.get_mut(&request.custom_id) {
+            Some(Entry::Answered { used }) => std::mem::replace(used, true),
+            // A failure costs nothing: there is no call to count.
+            Some(Entry::Failed) => true,
+            Some(Entry::Online) => return Lookup::Online,
+            Some(Entry::Waiting | Entry::InJob) => return Lookup::Wait,
+            None => {
+                queue
+                    .entries
+                    .insert(request.custom_id.clone(), Entry::Waiting);
+                queue.waiting.push(request);
+                queue.last_added = Some(Instant::now());
+                return Lookup::Wait;
+            }
+        };
+        drop(queue);
+        match inner.store.answer(&request.custom_id) {
+            Ok(Some(stored)) => Lookup::Answer(Answer {
+                status: stored.status,
+                body: stored.body,
+                tokens: stored.tokens,
+                batch_id: stored.batch_id,
+                used_before,
+            }),
+            // The audit database cannot be read: the row waits, and a
+            // resume finds the answer.
+            Ok(None) | Err(_) => Lookup::Wait,
+        }
+    }
+
+    /// Resolves once none of `custom_ids` waits any more, or fails once the
+    /// run stops: the row then keeps no outcome, and a resume takes it up.
+    pub async fn wait(&self, custom_ids: &[String]) -> Result<(), String> {
+        let mut changed = self.inner.changed.subscribe();
+        loop {
+            if self.inner.stop.is_draining() {
+                let reason = self
+                    .inner
+                    .stop
+                    .reason()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                return Err(format!(
+                    "detached from the batches of endpoint `{}` ({reason})",
+                    self.inner.endpoint
+                ));
+            }
+            let pending = {
+                let queue = self.inner.queue();
+                custom_ids.iter().any(|id| {
+                    matches!(
+                        queue.entries.get(id),
+                        Some(Entry::Waiting | Entry::InJob) | None
+                    )
+                })
+            };
+            if !pending {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = self.inner.stop.draining() => {}
+            }
+        }
+    }
+
+    pub fn saved(&self, usd: f64) {
+        *self
+            .inner
+            .counts
+            .saved_usd
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) += usd;
+    }
+
+    pub fn stats(&self) -> BatchStats {
+        let c = &self.inner.counts;
+        let waited = match (
+            *c.first_submit.lock().unwrap_or_else(|e| e.into_inner()),
+            *c.last_end.lock().unwrap_or_else(|e| e.into_inner()),
+        ) {
+            (Some(first), Some(last)) if last > first => last - first,
+            (Some(first), _) => first.elapsed(),
+            _ => Duration::ZERO,
+        };
+        BatchStats {
+            batches: c.batches.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            answered: c.answered.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            resubmitted: c.resubmitted.load(Ordering::Relaxed),
+            waited,
+            saved_usd: *c.saved_usd.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+}
+
+impl Drop for BatchQueue {
+    fn drop(&mut self) {
+        let tasks =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Inner {
+    fn keep(&self, task: tokio::task::AbortHandle) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(task);
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends a batch whenever one is full, or once requests stopped coming.
+    /// A stopping run sends nothing more: what waits is recorded by the
+    /// rows, and a resume sends it.
+    async fn gather(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(GATHER / 5) => {}
+                _ = self.stop.draining() => return,
+            }
+            let batch = {
+                let mut queue = self.queue();
+                let idle = queue.last_added.is_some_and(|at| at.elapsed() >= GATHER);
+                if queue.waiting.len() >= self.max_requests || (idle && !queue.waiting.is_empty()) {
+                    let take = queue.waiting.len().min(self.max_requests);
+                    let batch: Vec<Request> = queue.waiting.drain(..take).collect();
+                    for r in &batch {
+                        queue.entries.insert(r.custom_id.clone(), Entry::InJob);
+                    }
+                    Some(batch)
+                } else {
+                    None
+                }
+            };
+            if let Some(batch) = batch {
+                match self.store.prepare(&batch) {
+                    Ok((job_id, prepared_at_ms)) => {
+                        let job = Job {
+                            job_id,
+                            state: JobState::Preparing,
+                            input_file_id: None,
+                            batch_id: None,
+                            prepared_at_ms,
+                        };
+                        let task = tokio::spawn(Arc::clone(&self).follow(job));
+                        self.keep(task.abort_handle());
+                    }
+                    Err(e) => {
+                        self.stop.abort(StopReason::EndpointDown {
+                            endpoint: self.endpoint.clone(),
+                            detail: format!(
+                                "cannot record a batch in the audit database before sending it: {e:#}"
+                            ),
+                        });
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The tag in a batch's metadata: this run's batch and no other, even
+    /// where several audit databases share a provider account.
+    fn tag(&self, job: &Job) -> String {
+        let digest = crate::hashing::sha256_hex(format!(
+            "{}\n{}\n{}\n{}",
+            self.audit_path, self.run_id, job.job_id, job.prepared_at_ms
+        ));
+        format!("weir-{}-{}-{}", self.run_id, job.job_id, &digest[..16])
+    }
+
+    /// Takes a batch from wherever it stands to its end: uploads, creates,
+    /// polls, downloads, and hands out what came back.
+    async fn follow(self: Arc<Self>, mut job: Job) {
+        if let Err(e) = self.drive(&mut job).await {
+            let refused = e.downcast_ref::<Refused>().map(|r| r.status);
+            let reason = match refused {
+                Some(401 | 403) => StopReason::EndpointRefused {
+                    endpoint: self.endpoint.clone(),
+                    detail: format!("{e:#}"),
+                },
+                _ => StopReason::EndpointDown {
+                    endpoint: self.endpoint.clone(),
+                    detail: format!("batch {}: {e:#}", job.job_id),
+                },
+            };
+            // The batch stays recorded where it stands; a resume takes it up.
+            if !self.stop.is_draining() {
+                self.stop.abort(reason);
+            }
+        }
+    }
+
+    async fn drive(&self, job: &mut Job) -> Result<()> {
+        let requests = self.store.requests_of(job.job_id)?;
+        let tag = self.tag(job);
+        if job.state == JobState::Uploaded && job.batch_id.is_none() {
+            // Killed between creating the batch and recording its id?
+            job.batch_id = self.retry(|| self.client.find(&tag)).await?;
+            if let Some(id) = &job.batch_id {
+                self.store.submitted(job.job_id, id)?;
+                job.state = JobState::Submitted;
+            }
+        }
+        if job.state == JobState::Preparing && self.client.wire() != lines::Wire::Anthropic {
+            let file = self.retry(|| self.client.upload(&requests)).await?;
+            self.store.uploaded(job.job_id, &file)?;
+            job.input_file_id = Some(file);
+            job.state = JobState::Uploaded;
+        }
+        if job.batch_id.is_none() {
+            let file = job.input_file_id.clone();
+            let id = self
+                .retry(|| self.client.create(file.as_deref(), &requests, &tag))
+                .await?;
+            self.store.submitted(job.job_id, &id)?;
+            job.batch_id = Some(id);
+            job.state = JobState::Submitted;
+        }
+        let batch_id = job.batch_id.clone().unwrap_or_default();
+        {
+            let mut first = self
+                .counts
+                .first_submit
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert_with(Instant::now);
+        }
+        self.counts.batches.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .requests
+            .fetch_add(requests.len() as u64, Ordering::Relaxed);
+        tracing::info!(
+            endpoint = %self.endpoint,
+            "batch {batch_id}: {} requests submitted; asking for its status every {:.0} s",
+            requests.len(),
+            self.poll.as_secs_f64()
+        );
+        let status = self.poll_until_ended(&batch_id, job.job_id).await?;
+        let (results, unreadable) = self.retry(|| self.client.results(&status)).await?;
+        if unreadable > 0 {
+            tracing::warn!(
+                endpoint = %self.endpoint,
+                "batch {batch_id}: {unreadable} result lines could not be read; their requests go into another batch"
+            );
+        }
+        let results = self.complete(&requests, results, &status);
+        self.store.ended(job.job_id, &status.status, &results)?;
+        *self
+            .counts
+            .last_end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.hand_out(&requests, results);
+        Ok(())
+    }
+
+    async fn poll_until_ended(&self, batch_id: &str, job_id: i64) -> Result<Status> {
+        let mut last = String::new();
+        loop {
+            let status = self.retry(|| self.client.status(batch_id)).await?;
+            let said = format!(
+                "{}: {}/{} done, {} failed",
+                status.status, status.done, status.total, status.failed
+            );
+            if said != last {
+                tracing::info!(endpoint = %self.endpoint, "batch {batch_id}: {said}");
+                self.store.status(job_id, &status.status)?;
+                last = said;
+            }
+            if status.ended {
+                return Ok(status);
+            }
+            tokio::time::sleep(self.poll).await;
+        }
+    }
+
+    /// Every request of the batch gets a result: one the provider left out
+    /// goes into another batch, and so does one that failed as a whole
+    /// batch for a reason its lines do not share.
+    fn complete(
+        &self,
+        requests: &[Request],
+        mut results: Vec<LineResult>,
+        status: &Status,
+    ) -> Vec<LineResult> {
+        let known: std::collections::HashSet<&str> =
+            requests.iter().map(|r| r.custom_id.as_str()).collect();
+        results.retain(|r| known.contains(r.custom_id.as_str()));
+        let answered: std::collections::HashSet<String> =
+            results.iter().map(|r| r.custom_id.clone()).collect();
+        for r in requests {
+            if answered.contains(&r.custom_id) {
+                continue;
+            }
+            let outcome = match &status.errors {
+                // The provider refused the batch itself (validation).
+                Some(errors) if status.status == "failed" => LineOutcome::Failed {
+                    status: 400,
+                    body: serde_json::json!({"error": {"message": errors}}).to_string(),
+                },
+                _ => LineOutcome::Retry {
+                    reason: format!("the batch ended {} without it", status.status),
+                },
+            };
+            results.push(LineResult {
+                custom_id: r.custom_id.clone(),
+                outcome,
+            });
+        }
+        results
+    }
+
+    /// Makes the results known to the rows waiting on them, and queues the
+    /// requests to try again.
+    fn hand_out(&self, requests: &[Request], results: Vec<LineResult>) {
+        let by_id: HashMap<&str, &Request> =
+            requests.iter().map(|r| (r.custom_id.as_str(), r)).collect();
+        let mut queue = self.queue();
+        for result in results {
+            let entry = match result.outcome {
+                LineOutcome::Answer { .. } => {
+                    self.counts.answered.fetch_add(1, Ordering::Relaxed);
+                    Entry::Answered { used: false }
+                }
+                LineOutcome::Failed { .. } => {
+                    self.counts.failed.fetch_add(1, Ordering::Relaxed);
+                    Entry::Failed
+                }
+                LineOutcome::Retry { reason } => {
+                    let attempts = queue.attempts.entry(result.custom_id.clone()).or_insert(1);
+                    *attempts += 1;
+                    if *attempts > MAX_BATCH_ATTEMPTS {
+                        self.counts.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            endpoint = %self.endpoint,
+                            "request {} failed in {MAX_BATCH_ATTEMPTS} batches ({reason}); it is sent online",
+                            result.custom_id
+                        );
+                        Entry::Online
+                    } else if self.fallback == BatchFallback::Online {
+                        Entry::Online
+                    } else {
+                        self.counts.resubmitted.fetch_add(1, Ordering::Relaxed);
+                        if let Some(request) = by_id.get(result.custom_id.as_str()) {
+                            queue.waiting.push((*request).clone());
+                            queue.last_added = Some(Instant::now());
+                        }
+                        Entry::Waiting
+                    }
+                }
+            };
+            queue.entries.insert(result.custom_id, entry);
+        }
+        drop(queue);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Tries a provider call again while the network breaks, but not past
+    /// a refusal and not once the run stops.
+    async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut tries = 0u32;
+        loop {
+            match call().await {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    let refused = e.downcast_ref::<Refused>().map(|r| r.status);
+                    let retryable = match refused {
+                        Some(status) => status == 408 || status == 429 || status >= 500,
+                        None => true,
+                    };
+                    tries += 1;
+                    if !retryable || tries >= 8 || self.stop.is_draining() {
+                        return Err(e);
+                    }
+                    tracing::warn!(endpoint = %self.endpoint, "{e:#}; trying again");
+                    tokio::time::sleep(NETWORK_BACKOFF * tries.min(5)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Asks the provider to cancel each of `batches` ((endpoint, batch id)) of
+/// run `run_id`, and records them as cancelled: the provider stops working
+/// on them, and a resume sends their unanswered requests again.
+pub async fn cancel(
+    endpoints: &std::collections::BTreeMap<String, EndpointSpec>,
+    audit_path: &Path,
+    run_id: i64,
+    batches: &[(String, String)],
+) -> Result<()> {
+    for (endpoint, batch_id) in batches {
+        let Some(spec) = endpoints.get(endpoint) else {
+            anyhow::bail!(
+                "batch {batch_id} went to endpoint `{endpoint}`, which the pipeline no longer has"
+            );
+        };
+        let headers = crate::services::executor::request_headers(endpoint, spec)?;
+        Client::new(endpoint, spec, headers)?
+            .cancel(batch_id)
+            .await?;
+        Store::open(audit_path, run_id, endpoint)?.cancelled(batch_id)?;
+    }
+    Ok(())
+}
+
+/// The stable id of a request in a batch: the run, row, node and request
+/// number, and a prefix of the request's hash, so that a changed request
+/// never takes an old answer. At most 64 characters of `[A-Za-z0-9_-]`, as
+/// Anthropic requires.
+pub fn custom_id(
+    run_id: i64,
+    row_index: u64,
+    node_id: usize,
+    request_index: u32,
+    request_sha256: &str,
+) -> String {
+    format!(
+        "w{run_id}-r{row_index}-n{node_id}-q{request_index}-{}",
+        &request_sha256[..request_sha256.len().min(12)]
+    )
+}
+
+/// A row's component sent requests that wait on provider batches: it stops
+/// here, its instance is dropped, and it runs again once they are answered.
+#[derive(Clone)]
+pub struct Parked {
+    pub waits: Vec<(Arc<BatchQueue>, String)>,
+}
+
+impl Parked {
+    /// Resolves once every request is answered; Err once the run stops.
+    pub async fn wait(&self) -> Result<(), String> {
+        for (queue, id) in &self.waits {
+            queue.wait(std::slice::from_ref(id)).await?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "parked on {} batch requests", self.waits.len())
+    }
+}
+
+impl std::fmt::Display for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the row waits for {} answers from a provider batch",
+            self.waits.len()
+        )
+    }
+}
+
+impl std::error::Error for Parked {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn custom_ids_are_stable_and_fit_anthropics_rule() {
+        let sha = "ab".repeat(32);
+        let id = custom_id(12, 99_999_999, 3, 7, &sha);
+        assert_eq!(id, custom_id(12, 99_999_999, 3, 7, &sha));
+        assert!(id.len() <= 64, "{id}");
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
+        assert_ne!(id, custom_id(12, 99_999_999, 3, 8, &sha));
+    }
+}
