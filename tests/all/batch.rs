@@ -463,3 +463,122 @@ async fn weir_cancel_cancels_the_providers_batch() {
     let listing = String::from_utf8_lossy(&runs.stdout).into_owned();
     assert!(!listing.contains("waiting on batch"), "{listing}");
 }
+
+const PRICE: &str = "    price: {input_per_million: 1.5, output_per_million: 6}\n";
+
+fn total_cost(ws: &Workspace) -> f64 {
+    audit(ws)
+        .query_row("SELECT sum(cost_usd) FROM calls", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn batch_answers_cost_the_online_price_less_the_batch_discount() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let batch = batch_pipeline(Provider::OpenAi, &server.root_url(), PRICE);
+    let mut costs = Vec::new();
+    for yaml in [
+        batch.replace("    mode: batch\n", ""),
+        batch.clone(),
+        batch.replace(
+            "output_per_million: 6}",
+            "output_per_million: 6, batch_discount: 0.25}",
+        ),
+    ] {
+        let ws = Workspace::new();
+        ws.write("in.csv", &numbered_rows(20));
+        ws.write("p.yaml", &yaml);
+        let out = run(&ws, &[]).await;
+        let summary = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{summary}");
+        assert_rows_answered(&ws, 20);
+        costs.push((total_cost(&ws), summary));
+    }
+    let (online, batch, quarter_off) = (costs[0].0, costs[1].0, costs[2].0);
+    assert!(online > 0.0);
+    assert!((batch - online * 0.5).abs() < 1e-12, "{batch} vs {online}");
+    assert!(
+        (quarter_off - online * 0.75).abs() < 1e-12,
+        "{quarter_off} vs {online}"
+    );
+    assert!(
+        costs[1].1.contains("saved over online prices"),
+        "{}",
+        costs[1].1
+    );
+}
+
+#[tokio::test]
+async fn a_batch_that_would_pass_the_budget_is_not_sent_and_a_resume_with_more_sends_it() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(20));
+    let yaml = format!(
+        "budget_usd: 0.00001\n{}",
+        batch_pipeline(Provider::OpenAi, &server.root_url(), PRICE)
+    );
+    ws.write("p.yaml", &yaml);
+    let out = run(&ws, &[]).await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{summary}");
+    assert!(summary.contains("budget"), "{summary}");
+    assert!(server.batches().is_empty(), "nothing was sent");
+    let out = run(&ws, &["--resume", "--budget-usd", "10"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_rows_answered(&ws, 20);
+    assert_eq!(server.batches().len(), 1);
+}
+
+/// A run killed after the provider created its batch but before the
+/// batch's id was recorded: the audit database is left as such a kill
+/// leaves it, and the resume must find that batch instead of sending
+/// another.
+async fn a_created_batch_whose_id_was_not_recorded_is_found_again(
+    provider: Provider,
+    recorded_state: &str,
+) {
+    let server = TestLlmServer::start(Script {
+        batch_seconds: Duration::from_secs(2),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(10));
+    ws.write("p.yaml", &batch_pipeline(provider, &server.root_url(), ""));
+    let db = ws.path("weir-audit.sqlite");
+    let mut child = spawn_run(&ws, false);
+    until("the batch's submission", || {
+        job_state(&db).as_deref() == Some("submitted")
+    })
+    .await;
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let forgotten = Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE provider_batches SET state = ?1, batch_id = NULL, submitted_at_ms = NULL",
+            [recorded_state],
+        )
+        .unwrap();
+    assert_eq!(forgotten, 1);
+    let out = run(&ws, &["--resume"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_rows_answered(&ws, 10);
+    assert_eq!(
+        server.batches().len(),
+        1,
+        "the batch was found, not sent again"
+    );
+}
+
+#[tokio::test]
+async fn an_openai_batch_created_but_not_recorded_is_found_by_its_tag() {
+    a_created_batch_whose_id_was_not_recorded_is_found_again(Provider::OpenAi, "uploaded").await;
+}
+
+#[tokio::test]
+async fn an_anthropic_batch_created_but_not_recorded_is_found_by_its_size_and_time() {
+    a_created_batch_whose_id_was_not_recorded_is_found_again(Provider::Anthropic, "preparing")
+        .await;
+}

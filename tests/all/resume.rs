@@ -554,6 +554,9 @@ async fn a_run_an_older_weir_recorded_with_relative_paths_resumes_from_its_direc
          ALTER TABLE segments DROP COLUMN source_size;
          ALTER TABLE segments DROP COLUMN source_mtime_ns;
          ALTER TABLE segments DROP COLUMN source_sha256;
+         ALTER TABLE calls DROP COLUMN provider_batch;
+         DROP TABLE provider_batches;
+         DROP TABLE batch_requests;
          PRAGMA user_version = 4;",
     )
     .unwrap();

@@ -604,7 +604,9 @@ fn fail(error: anyhow::Error) -> ExitCode {
 /// `WEIR_LOG` takes tracing filter directives, e.g. `WEIR_LOG=debug`.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WEIR_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // A provider batch takes minutes to hours: its status is worth
+        // seeing while the run waits.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,weir::services::batch=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

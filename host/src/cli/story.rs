@@ -187,7 +187,12 @@ fn call_story(s: &mut String, call: &CallStory, full: bool) {
         "  call {}    {} · request {} attempt {} · {status}",
         call.call_index, call.endpoint, call.request_index, call.attempt
     );
-    if call.replayed {
+    if let Some(batch) = &call.provider_batch {
+        let _ = write!(line, " · through provider batch {batch}");
+        if call.replayed {
+            line.push_str(", taken before");
+        }
+    } else if call.replayed {
         line.push_str(" · answered from the audit trail, not sent again");
     } else {
         let _ = write!(line, " · {} ms", call.latency_ms);

@@ -210,9 +210,20 @@ impl RunReport {
         let (prompt, completion) = self.endpoints.iter().fold((0, 0), |(p, c), e| {
             (p + e.stats.prompt_tokens, c + e.stats.completion_tokens)
         });
+        let in_batches: u64 = self
+            .endpoints
+            .iter()
+            .filter_map(|e| e.batches.as_ref())
+            .map(|b| b.requests)
+            .sum();
+        let batched = if in_batches > 0 {
+            format!(" online, {in_batches} requests in provider batches")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "  calls    {} ({} retries); tokens {} ({} prompt, {} completion)",
+            "  calls    {}{batched} ({} retries); tokens {} ({} prompt, {} completion)",
             self.calls(),
             self.retries(),
             prompt + completion,

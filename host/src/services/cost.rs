@@ -20,9 +20,14 @@ pub struct CallCost {
     pub estimated: bool,
 }
 
-/// What a Batch API answer costs against the online price: OpenAI, Azure
-/// OpenAI and Anthropic all charge half.
-pub const BATCH_PRICE_FACTOR: f64 = 0.5;
+/// What OpenAI, Azure OpenAI and Anthropic take off for Batch API answers:
+/// half the online price.
+pub const DEFAULT_BATCH_DISCOUNT: f64 = 0.5;
+
+/// The share of the online price a Batch API answer costs.
+pub fn batch_factor(price: &PriceSpec) -> f64 {
+    1.0 - price.batch_discount.unwrap_or(DEFAULT_BATCH_DISCOUNT)
+}
 
 /// Output tokens assumed at least for the first requests of an endpoint.
 const FIRST_OUTPUT_TOKENS: u64 = 16;

@@ -37,6 +37,10 @@ pub struct PriceSpec {
     /// Prices of particular models, by the model name requests give.
     #[serde(default)]
     pub models: BTreeMap<String, ModelPriceSpec>,
+    /// The share taken off these prices for answers through the provider's
+    /// Batch API (`mode: batch`): 0.5 (half price) when absent.
+    #[serde(default)]
+    pub batch_discount: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -33,6 +33,17 @@ pub fn check_price(file: &PipelineFile, endpoint: &str, price: &PriceSpec) -> Re
             rates.push((vec!["price", "models", model.as_str(), field], value));
         }
     }
+    if let Some(discount) = price.batch_discount
+        && !(discount.is_finite() && (0.0..=1.0).contains(&discount))
+    {
+        return Err(file.error_at(
+            &["endpoints", endpoint, "price", "batch_discount"],
+            format!(
+                "endpoint `{endpoint}`: price.batch_discount is the share taken off for Batch API \
+                 answers, from 0 to 1 (0.5 is half price); got {discount}"
+            ),
+        ));
+    }
     for (key, value) in rates {
         let Some(value) = value else { continue };
         if !(value.is_finite() && (0.0..=1_000_000.0).contains(&value)) {

@@ -101,6 +101,8 @@ pub struct CallStory {
     pub request: Option<String>,
     pub response_sha256: Option<String>,
     pub response: Option<String>,
+    /// The provider batch that answered it, in Batch API mode.
+    pub provider_batch: Option<String>,
 }
 
 pub struct OutcomeStory {
@@ -405,13 +407,24 @@ impl History {
     }
 
     fn calls(&self, run_id: i64, row_index: u64, state_id: u64) -> Result<Vec<CallStory>> {
-        let mut stmt = self.conn.prepare(
+        // Read as it is, a database older than schema 6 has no such column.
+        let provider_batch: bool = self.conn.query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info('calls') WHERE name = 'provider_batch'",
+            [],
+            |r| r.get(0),
+        )?;
+        let mut stmt = self.conn.prepare(&format!(
             "SELECT call_index, endpoint, request_index, attempt, status, error, retry_cause,
                     latency_ms, prompt_tokens, completion_tokens, replayed, request_sha256,
-                    response_sha256
+                    response_sha256, {}
              FROM calls WHERE run_id = ?1 AND row_index = ?2 AND state_id = ?3
              ORDER BY call_index",
-        )?;
+            if provider_batch {
+                "provider_batch"
+            } else {
+                "NULL"
+            }
+        ))?;
         let calls = stmt
             .query_map(params![run_id, row_index, state_id], |r| {
                 let prompt: Option<u64> = r.get(8)?;
@@ -431,6 +444,7 @@ impl History {
                     request: None,
                     response_sha256: r.get(12)?,
                     response: None,
+                    provider_batch: r.get(13)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;

@@ -462,6 +462,9 @@ mod tests {
             "ALTER TABLE segments DROP COLUMN source_size;
              ALTER TABLE segments DROP COLUMN source_mtime_ns;
              ALTER TABLE segments DROP COLUMN source_sha256;
+             ALTER TABLE calls DROP COLUMN provider_batch;
+             DROP TABLE provider_batches;
+             DROP TABLE batch_requests;
              PRAGMA user_version = 4;",
         )
         .unwrap();

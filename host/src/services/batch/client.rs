@@ -221,6 +221,41 @@ impl Client {
             .and_then(|b| string_field(b, "id")))
     }
 
+    /// Anthropic: a batch of `requests` requests created since `since_ms`
+    /// that no recorded batch of the run is, among the newest: the one a run
+    /// killed between creating it and recording its id had sent (Anthropic
+    /// batches carry no metadata to tag them with).
+    pub async fn find_untagged(
+        &self,
+        since_ms: i64,
+        requests: usize,
+        known: &std::collections::HashSet<String>,
+    ) -> Result<Option<String>> {
+        let list = self
+            .send_json(
+                self.request(reqwest::Method::GET, &self.base)
+                    .query(&[("limit", "100")]),
+                "list the batches",
+            )
+            .await?;
+        Ok(list["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| {
+                let counts = &b["request_counts"];
+                let total: u64 = ["processing", "succeeded", "errored", "canceled", "expired"]
+                    .iter()
+                    .map(|k| counts[*k].as_u64().unwrap_or(0))
+                    .sum();
+                // Clocks differ: a minute of slack.
+                let created = b["created_at"].as_str().and_then(unix_ms_of_rfc3339);
+                total == requests as u64 && created.is_some_and(|at| at >= since_ms - 60_000)
+            })
+            .filter_map(|b| string_field(b, "id"))
+            .find(|id| !known.contains(id)))
+    }
+
     pub async fn status(&self, batch_id: &str) -> Result<Status> {
         let url = match self.wire {
             Wire::OpenAi | Wire::Azure => format!("{}/batches/{batch_id}", self.base),
@@ -335,6 +370,30 @@ impl Client {
     }
 }
 
+/// Milliseconds since the Unix epoch of an RFC 3339 UTC time such as
+/// `2024-09-24T18:37:24.100435Z`.
+fn unix_ms_of_rfc3339(text: &str) -> Option<i64> {
+    let (date, time) = text.split_once('T')?;
+    let mut ymd = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+    let time = time.trim_end_matches('Z');
+    let time = time.split(['+']).next()?;
+    let mut hms = time.split(':');
+    let (h, min) = (
+        hms.next()?.parse::<i64>().ok()?,
+        hms.next()?.parse::<i64>().ok()?,
+    );
+    let secs: f64 = hms.next()?.parse().ok()?;
+    // Howard Hinnant's days-from-civil algorithm.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + h * 3600 + min * 60) * 1000 + (secs * 1000.0) as i64)
+}
+
 fn string_field(value: &Value, key: &str) -> Option<String> {
     value.get(key).and_then(Value::as_str).map(str::to_string)
 }
@@ -347,4 +406,19 @@ fn excerpt(text: &str) -> String {
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     crate::terminal::escape(&one_line).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_times_read_as_unix_milliseconds() {
+        assert_eq!(unix_ms_of_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            unix_ms_of_rfc3339("2024-09-24T18:37:24.100435Z"),
+            Some(1_727_203_044_100)
+        );
+        assert_eq!(unix_ms_of_rfc3339("not a time"), None);
+    }
 }

@@ -13,7 +13,9 @@ mod client;
 pub mod lines;
 mod store;
 
-use crate::config::{BatchFallback, EndpointSpec, provider_batch_limit};
+use crate::config::{BatchFallback, EndpointSpec, PriceSpec, provider_batch_limit};
+use crate::services::budget::{Budget, Hold};
+use crate::services::cost;
 use crate::services::stop::{RunStop, StopReason};
 use anyhow::Result;
 use client::{Client, Refused, Status};
@@ -110,6 +112,8 @@ struct Inner {
     max_requests: usize,
     fallback: BatchFallback,
     stop: Arc<RunStop>,
+    budget: Arc<Budget>,
+    price: Option<PriceSpec>,
     queue: Mutex<Queue>,
     /// Bumped whenever answers arrive: parked rows look again.
     changed: watch::Sender<u64>,
@@ -142,6 +146,7 @@ impl BatchQueue {
         audit_path: &Path,
         run_id: i64,
         stop: Arc<RunStop>,
+        budget: Arc<Budget>,
     ) -> Result<Self> {
         let inner = Arc::new(Inner {
             endpoint: name.to_string(),
@@ -155,6 +160,8 @@ impl BatchQueue {
                 .unwrap_or_else(|| provider_batch_limit(spec.kind)),
             fallback: spec.batch_fallback,
             stop,
+            budget,
+            price: spec.price.clone(),
             queue: Mutex::new(Queue::default()),
             changed: watch::channel(0).0,
             counts: Counts::default(),
@@ -188,7 +195,7 @@ impl BatchQueue {
             }
         }
         for job in inner.store.open_jobs()? {
-            let task = tokio::spawn(Arc::clone(inner).follow(job));
+            let task = tokio::spawn(Arc::clone(inner).follow(job, None));
             inner.keep(task.abort_handle());
         }
         Ok(())
@@ -342,6 +349,12 @@ impl Inner {
                 }
             };
             if let Some(batch) = batch {
+                // What the batch is expected to cost is held against the
+                // budget until it ends; a batch that would pass it is not
+                // sent, and the run stops, resumable.
+                let Some(hold) = self.budget.hold(self.expected_cost(&batch)) else {
+                    return;
+                };
                 match self.store.prepare(&batch) {
                     Ok((job_id, prepared_at_ms)) => {
                         let job = Job {
@@ -350,11 +363,13 @@ impl Inner {
                             input_file_id: None,
                             batch_id: None,
                             prepared_at_ms,
+                            recovered: false,
                         };
-                        let task = tokio::spawn(Arc::clone(&self).follow(job));
+                        let task = tokio::spawn(Arc::clone(&self).follow(job, Some(hold)));
                         self.keep(task.abort_handle());
                     }
                     Err(e) => {
+                        self.budget.settle(hold, 0.0);
                         self.stop.abort(StopReason::EndpointDown {
                             endpoint: self.endpoint.clone(),
                             detail: format!(
@@ -366,6 +381,17 @@ impl Inner {
                 }
             }
         }
+    }
+
+    fn expected_cost(&self, batch: &[Request]) -> f64 {
+        let Some(price) = &self.price else {
+            return 0.0;
+        };
+        let online: f64 = batch
+            .iter()
+            .map(|r| cost::estimate(price, &r.body, None))
+            .sum();
+        online * cost::batch_factor(price)
     }
 
     /// The tag in a batch's metadata: this run's batch and no other, even
@@ -380,8 +406,14 @@ impl Inner {
 
     /// Takes a batch from wherever it stands to its end: uploads, creates,
     /// polls, downloads, and hands out what came back.
-    async fn follow(self: Arc<Self>, mut job: Job) {
-        if let Err(e) = self.drive(&mut job).await {
+    /// `hold`: the batch's expected cost, held against the budget until it
+    /// ends; its answers then count as rows take them.
+    async fn follow(self: Arc<Self>, mut job: Job, hold: Option<Hold>) {
+        let driven = self.drive(&mut job).await;
+        if let Some(hold) = hold {
+            self.budget.settle(hold, 0.0);
+        }
+        if let Err(e) = driven {
             let refused = e.downcast_ref::<Refused>().map(|r| r.status);
             let reason = match refused {
                 Some(401 | 403) => StopReason::EndpointRefused {
@@ -406,6 +438,23 @@ impl Inner {
         if job.state == JobState::Uploaded && job.batch_id.is_none() {
             // Killed between creating the batch and recording its id?
             job.batch_id = self.retry(|| self.client.find(&tag)).await?;
+            if let Some(id) = &job.batch_id {
+                self.store.submitted(job.job_id, id)?;
+                job.state = JobState::Submitted;
+            }
+        }
+        if job.recovered
+            && job.state == JobState::Preparing
+            && self.client.wire() == lines::Wire::Anthropic
+        {
+            // Killed between creating the batch and recording its id?
+            let known = self.store.batch_ids()?;
+            job.batch_id = self
+                .retry(|| {
+                    self.client
+                        .find_untagged(job.prepared_at_ms, requests.len(), &known)
+                })
+                .await?;
             if let Some(id) = &job.batch_id {
                 self.store.submitted(job.job_id, id)?;
                 job.state = JobState::Submitted;

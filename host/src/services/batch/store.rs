@@ -53,6 +53,8 @@ pub struct Job {
     pub input_file_id: Option<String>,
     pub batch_id: Option<String>,
     pub prepared_at_ms: i64,
+    /// Recorded by an earlier segment: the provider may hold it already.
+    pub recovered: bool,
 }
 
 /// What a request recorded in an earlier segment came to.
@@ -257,6 +259,18 @@ impl Store {
         Ok(rows)
     }
 
+    /// The provider ids of every batch the run recorded.
+    pub fn batch_ids(&self) -> Result<std::collections::HashSet<String>> {
+        let conn = self.conn();
+        let mut query = conn.prepare(
+            "SELECT batch_id FROM provider_batches WHERE run_id = ?1 AND batch_id IS NOT NULL",
+        )?;
+        let ids = query
+            .query_map([self.run_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ids)
+    }
+
     /// The endpoint's batches that have not ended, oldest first.
     pub fn open_jobs(&self) -> Result<Vec<Job>> {
         let conn = self.conn();
@@ -274,6 +288,7 @@ impl Store {
                     input_file_id: r.get(2)?,
                     batch_id: r.get(3)?,
                     prepared_at_ms: r.get(4)?,
+                    recovered: true,
                 })
             })?
             .collect::<rusqlite::Result<_>>()?;

@@ -175,6 +175,7 @@ impl Endpoint {
                 audit.path(),
                 audit.run_id(),
                 Arc::clone(&controls.stop),
+                Arc::clone(&controls.budget),
             )?)),
             _ => None,
         };
@@ -227,9 +228,10 @@ impl Endpoint {
         if let Some((prompt, completion)) = tokens {
             self.stats.tokens(prompt, completion);
         }
-        let online = cost::call_cost(self.spec.price.as_ref()?, request, answer);
+        let price = self.spec.price.as_ref()?;
+        let online = cost::call_cost(price, request, answer);
         let paid = CallCost {
-            usd: online.usd * cost::BATCH_PRICE_FACTOR,
+            usd: online.usd * cost::batch_factor(price),
             ..online
         };
         self.stats.cost(paid.usd, paid.estimated);
