@@ -394,7 +394,7 @@ async fn detached_run(server: &TestLlmServer, ws: &Workspace) -> String {
         &batch_pipeline(Provider::OpenAi, &server.root_url(), ""),
     );
     let db = ws.path("weir-audit.sqlite");
-    let mut child = spawn_run(ws, false);
+    let child = spawn_run(ws, false);
     until("the batch's submission", || {
         job_state(&db).as_deref() == Some("submitted")
     })
