@@ -4,6 +4,7 @@
 //!   cargo run --release -p weir-bench
 
 mod audit;
+mod batch;
 mod guest;
 mod throughput;
 
@@ -30,5 +31,6 @@ async fn main() -> anyhow::Result<()> {
     guest::report().await?;
     throughput::report(&args).await?;
     audit::report(&args).await?;
+    batch::report(&args).await?;
     Ok(())
 }

@@ -582,3 +582,36 @@ async fn an_anthropic_batch_created_but_not_recorded_is_found_by_its_size_and_ti
     a_created_batch_whose_id_was_not_recorded_is_found_again(Provider::Anthropic, "preparing")
         .await;
 }
+
+#[tokio::test]
+async fn a_row_that_asks_again_after_an_answer_goes_in_rounds_one_batch_each() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(10));
+    // The second node asks about the first node's answer: each row needs
+    // two batches, one after the other.
+    let yaml = batch_pipeline(Provider::OpenAi, &server.root_url(), "").replace(
+        "sinks:\n",
+        "  - name: again\n    component: llm\n    endpoints: [llm]\n    options:\n      \
+         model: test-model\n      template: \"again: {{ row.first }}\"\n      \
+         response_field: second\nsinks:\n",
+    );
+    let yaml = yaml.replace(
+        "{{ row.text }}\"\n",
+        "{{ row.text }}\"\n      response_field: first\n",
+    );
+    ws.write("p.yaml", &yaml);
+    let out = run(&ws, &[]).await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    let rows = read_jsonl(&ws, "out.jsonl");
+    assert_eq!(rows.len(), 10);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["first"], echo_of(i));
+        assert_eq!(row["second"], format!("echo: again: {}", echo_of(i)));
+    }
+    let batches = server.batches();
+    assert_eq!(batches.len(), 2, "{summary}");
+    assert!(batches.iter().all(|b| b.custom_ids.len() == 10));
+    assert_nothing_submitted_twice(&server);
+}

@@ -34,7 +34,21 @@ pub use store::Request;
 /// is full): the rows in flight have all parked by then.
 const GATHER: Duration = Duration::from_millis(500);
 
-/// A request whose line failed in this many batches fails its row.
+/// A batch line's bytes besides its body: custom_id, method, url, and for
+/// Anthropic the body's translation; generous, so a batch stays under the
+/// provider's size limit.
+const LINE_ENVELOPE_BYTES: usize = 512;
+
+/// The most bytes of one batch: OpenAI and Azure OpenAI take files of up to
+/// 200 MB, Anthropic batches of up to 256 MB; a margin is kept below each.
+fn provider_batch_bytes(kind: crate::config::EndpointKind) -> usize {
+    match kind {
+        crate::config::EndpointKind::Anthropic => 250_000_000,
+        _ => 195_000_000,
+    }
+}
+
+/// A request whose line failed in this many batches is sent online.
 const MAX_BATCH_ATTEMPTS: u32 = 3;
 
 /// Waits between tries of an upload, creation or poll the network broke.
@@ -110,6 +124,7 @@ struct Inner {
     audit_path: String,
     poll: Duration,
     max_requests: usize,
+    max_bytes: usize,
     fallback: BatchFallback,
     stop: Arc<RunStop>,
     budget: Arc<Budget>,
@@ -158,6 +173,7 @@ impl BatchQueue {
             max_requests: spec
                 .batch_max_requests
                 .unwrap_or_else(|| provider_batch_limit(spec.kind)),
+            max_bytes: provider_batch_bytes(spec.kind),
             fallback: spec.batch_fallback,
             stop,
             budget,
@@ -337,8 +353,9 @@ impl Inner {
             let batch = {
                 let mut queue = self.queue();
                 let idle = queue.last_added.is_some_and(|at| at.elapsed() >= GATHER);
-                if queue.waiting.len() >= self.max_requests || (idle && !queue.waiting.is_empty()) {
-                    let take = queue.waiting.len().min(self.max_requests);
+                let take = fits(&queue.waiting, self.max_requests, self.max_bytes);
+                // Full: a batch of `take` leaves requests behind.
+                if take < queue.waiting.len() || (idle && take > 0) {
                     let batch: Vec<Request> = queue.waiting.drain(..take).collect();
                     for r in &batch {
                         queue.entries.insert(r.custom_id.clone(), Entry::InJob);
@@ -667,6 +684,20 @@ pub async fn cancel(
     Ok(())
 }
 
+/// How many of the requests waiting, from the first, one batch can hold: at
+/// most `max_requests`, and within `max_bytes` (each line counted with room
+/// for its envelope); always at least one.
+fn fits(waiting: &[Request], max_requests: usize, max_bytes: usize) -> usize {
+    let mut bytes = 0;
+    for (taken, request) in waiting.iter().enumerate() {
+        bytes += request.body.len() + LINE_ENVELOPE_BYTES;
+        if taken == max_requests || (taken > 0 && bytes > max_bytes) {
+            return taken;
+        }
+    }
+    waiting.len()
+}
+
 /// The stable id of a request in a batch: the run, row, node and request
 /// number, and a prefix of the request's hash, so that a changed request
 /// never takes an old answer. At most 64 characters of `[A-Za-z0-9_-]`, as
@@ -722,6 +753,30 @@ impl std::error::Error for Parked {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request(bytes: usize) -> Request {
+        Request {
+            custom_id: String::new(),
+            row_index: 0,
+            node_id: 0,
+            request_index: 0,
+            request_sha256: String::new(),
+            body: "x".repeat(bytes),
+        }
+    }
+
+    #[test]
+    fn a_batch_takes_what_fits_its_count_and_its_bytes() {
+        let waiting: Vec<Request> = (0..10).map(|_| request(1000)).collect();
+        let line = 1000 + LINE_ENVELOPE_BYTES;
+        assert_eq!(fits(&waiting, 100, 100 * line), 10);
+        assert_eq!(fits(&waiting, 4, 100 * line), 4);
+        assert_eq!(fits(&waiting, 100, 3 * line), 3);
+        // A request larger than a batch still goes, alone: the provider says
+        // what is wrong with it.
+        assert_eq!(fits(&waiting, 100, 10), 1);
+        assert_eq!(fits(&[], 100, 10), 0);
+    }
 
     #[test]
     fn custom_ids_are_stable_and_fit_anthropics_rule() {
