@@ -2,12 +2,21 @@
 //! components.
 //!
 //! Layers, each depending only on those below it:
-//! - [`cli`]: the command line;
-//! - [`engine`]: streams rows from the source through the nodes to the sinks;
+//! - [`cli`]: the command line (argument parsing, signals, what `weir runs`
+//!   and `weir explain` print);
+//! - [`engine`]: streams rows from the source through the nodes to the sinks
+//!   (`setup` builds the parts, `stage` runs a node on a row, `ordered` keeps
+//!   source order, `drain` writes and commits, `resume` and `merge`);
 //!   [`fixtures`] runs one node's component against scripted cases instead
 //!   (`weir test`), and [`authoring`] scaffolds and builds guests;
-//! - [`runtime`]: loads guest components and implements their imports on top of
-//! - [`services`]: the pooled HTTP executor and the audit trail;
+//! - [`runtime`]: loads guest components and runs their instances: `pool`
+//!   (instances per node), `state` (what a store holds), `bindings` (the
+//!   imports of each contract version, one module per version), `calls` (what
+//!   a component's request becomes), `wasi` (the sealed WASI), `limits`;
+//! - [`services`]: what the host grants guests and runs on their behalf:
+//!   `executor` (the pooled HTTP executor: limits, pacing, retries, breaker),
+//!   `batch` (providers' Batch APIs), `audit` (the SQLite trail, replay and
+//!   history), `cost`, `budget`, `cache` and `stop`;
 //! - [`config`], [`io`], [`types`], [`hashing`], [`terminal`]: the pipeline
 //!   file, row readers and writers, shared data, and text made safe to print,
 //!   from the `weir-formats` crate.

@@ -615,3 +615,22 @@ async fn a_row_that_asks_again_after_an_answer_goes_in_rounds_one_batch_each() {
     assert!(batches.iter().all(|b| b.custom_ids.len() == 10));
     assert_nothing_submitted_twice(&server);
 }
+
+#[tokio::test]
+async fn answers_in_the_response_cache_are_not_sent_in_a_batch() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(12));
+    let batch = batch_pipeline(Provider::OpenAi, &server.root_url(), "    cache: true\n");
+    ws.write("p.yaml", &batch.replace("    mode: batch\n", ""));
+    let out = run(&ws, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::remove_file(ws.path("out.jsonl")).unwrap();
+    ws.write("p.yaml", &batch);
+    let out = run(&ws, &[]).await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    assert_rows_answered(&ws, 12);
+    assert!(server.batches().is_empty(), "{summary}");
+    assert!(summary.contains("12 answers from the cache"), "{summary}");
+}

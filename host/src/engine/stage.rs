@@ -240,6 +240,7 @@ impl Node {
                 ),
             ));
         }
+        let mut waited = std::time::Duration::ZERO;
         loop {
             let slot = match &self.guest_slots {
                 Some(slots) => Some(slots.acquire().await.expect("never closed")),
@@ -249,7 +250,7 @@ impl Node {
                 Some(limit) => self.trap_error(Some(limit), &anyhow::anyhow!("{e}")),
                 None => RowError::new("guest_unavailable", e.message),
             })?;
-            let run = scopes.iter().map(RowScope::restart).collect();
+            let run = scopes.iter().map(|s| s.restart(waited)).collect();
             let processed = instance.process(input, run).await;
             self.rows_truncated
                 .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
@@ -261,10 +262,12 @@ impl Node {
             if let Some(parked) = parked {
                 // The instance is dropped: a waiting row holds only its data.
                 drop(instance);
+                let since = Instant::now();
                 parked
                     .wait()
                     .await
                     .map_err(|detached| RowError::new("detached", detached))?;
+                waited += since.elapsed();
                 continue;
             }
             return match processed {

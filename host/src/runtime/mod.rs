@@ -3,12 +3,14 @@
 pub mod bindings;
 pub mod builtin;
 mod cache;
+mod calls;
 pub mod contract;
 mod limits;
 mod output;
 mod pool;
 mod state;
 mod stderr;
+mod wasi;
 
 pub use limits::LimitHit;
 

@@ -69,3 +69,41 @@ pub fn outcome_to_current(outcome: export::Outcome) -> super::Outcome {
         }),
     }
 }
+
+// The host side of the 0.1.0 imports: converted to 0.2.0's and handed on.
+
+use crate::runtime::state::GuestState;
+
+impl weir::transform::types::Host for GuestState {}
+
+impl weir::transform::executor::Host for GuestState {
+    async fn send(
+        &mut self,
+        requests: Vec<weir::transform::executor::Request>,
+    ) -> wasmtime::Result<
+        Vec<Result<weir::transform::executor::Response, weir::transform::executor::CallError>>,
+    > {
+        let requests = requests.into_iter().map(request_to_current).collect();
+        Ok(v0_2::weir::transform::executor::Host::send(self, requests)
+            .await?
+            .into_iter()
+            .map(|result| {
+                result
+                    .map(response_from_current)
+                    .map_err(call_error_from_current)
+            })
+            .collect())
+    }
+}
+
+impl weir::transform::audit::Host for GuestState {
+    async fn attach(&mut self, row: u32, key: String, value: String) {
+        v0_2::weir::transform::audit::Host::attach(self, row, key, value).await
+    }
+}
+
+impl weir::transform::log::Host for GuestState {
+    async fn log(&mut self, level: weir::transform::log::Level, message: String) {
+        v0_2::weir::transform::log::Host::log(self, level_to_current(level), message).await
+    }
+}

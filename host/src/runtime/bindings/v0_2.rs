@@ -8,3 +8,42 @@ wasmtime::component::bindgen!({
     imports: { "weir:transform/executor.send": async | trappable, default: async },
     exports: { default: async },
 });
+
+// The host side of the 0.2.0 imports: the guest-facing surface of this
+// contract version, in one place.
+
+use super::{CallError, Level, Request, Response};
+use crate::runtime::state::GuestState;
+
+impl weir::transform::types::Host for GuestState {}
+
+impl weir::transform::executor::Host for GuestState {
+    async fn send(
+        &mut self,
+        requests: Vec<Request>,
+    ) -> wasmtime::Result<Vec<Result<Response, CallError>>> {
+        GuestState::send(self, requests).await
+    }
+}
+
+impl weir::transform::audit::Host for GuestState {
+    async fn attach(&mut self, row: u32, key: String, value: String) {
+        GuestState::attach(self, row, key, value)
+    }
+}
+
+impl weir::transform::log::Host for GuestState {
+    async fn log(&mut self, level: Level, message: String) {
+        GuestState::log(self, level, message)
+    }
+}
+
+impl weir::transform::context::Host for GuestState {
+    async fn node_name(&mut self) -> String {
+        GuestState::node_name(self)
+    }
+
+    async fn endpoints(&mut self) -> Vec<String> {
+        self.granted_endpoints()
+    }
+}

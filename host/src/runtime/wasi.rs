@@ -1,0 +1,56 @@
+//! The WASI a guest gets: linked so that components whose language runtime
+//! imports it load, and granting nothing a guest could learn the world from.
+
+use super::stderr::StderrTail;
+use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx};
+
+/// A WASI context that grants nothing a guest could learn the world from: no
+/// files, environment, arguments or sockets; clocks stopped at the Unix epoch;
+/// randomness from a fixed sequence. Only stderr is kept, to explain traps. A guest therefore processes a row the
+/// same way every time, which is also what lets a resumed run recognise the
+/// requests it already paid for.
+pub(super) fn sealed(stderr: &StderrTail) -> WasiCtx {
+    let mut builder = WasiCtx::builder();
+    builder
+        .stderr(stderr.clone())
+        .wall_clock(StoppedClock)
+        .monotonic_clock(StoppedClock)
+        .secure_random(Deterministic::new(fixed_bytes()))
+        .insecure_random(Deterministic::new(fixed_bytes()))
+        .insecure_random_seed(0x5745_4952);
+    builder.build()
+}
+
+/// 4 KiB from a fixed-seed SplitMix64: varied, but the same in every run.
+fn fixed_bytes() -> Vec<u8> {
+    let mut state: u64 = 0x5745_4952_5345_4544;
+    (0..512)
+        .flat_map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)).to_le_bytes()
+        })
+        .collect()
+}
+
+struct StoppedClock;
+
+impl HostWallClock for StoppedClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
+    fn now(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for StoppedClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
