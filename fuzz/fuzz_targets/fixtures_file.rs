@@ -3,13 +3,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::path::Path;
 use weir_formats::fixtures::FixtureFile;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(file) = serde_yaml::from_str::<FixtureFile>(text) else {
+    let Ok(file) = weir_formats::yaml::from_str::<FixtureFile>(Path::new("fixtures.yaml"), text) else {
         return;
     };
     for case in &file.cases {

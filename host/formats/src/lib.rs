@@ -7,6 +7,7 @@
 //! - [`hashing`]: the hashes the audit trail records;
 //! - [`http_headers`]: the waits an endpoint's response headers ask for.
 //! - [`terminal`]: text from guests and endpoints made safe to print.
+//! - [`yaml`]: YAML read within bounds, its errors located.
 
 pub mod config;
 pub mod fixtures;
@@ -15,3 +16,4 @@ pub mod http_headers;
 pub mod io;
 pub mod terminal;
 pub mod types;
+pub mod yaml;

@@ -325,8 +325,7 @@ pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -
         text,
         raw_sha256: crate::hashing::sha256_hex(raw),
     };
-    let spec: PipelineSpec =
-        serde_yaml::from_str(&file.text).map_err(|e| parse_error(&file, &e))?;
+    let spec: PipelineSpec = crate::yaml::from_str(&file.path, &file.text)?;
     resolve(file, spec)
 }
 
@@ -352,8 +351,7 @@ pub fn transform_as_written(path: &Path, name: &str) -> Result<WrittenTransform>
             .or_else(|| (!raw.contains(&format!("${{{var}:-"))).then(|| format!("${{{var}}}")))
     })
     .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
-    let spec: PipelineSpec =
-        serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let spec: PipelineSpec = crate::yaml::from_str(path, &text)?;
     let transform = spec
         .transforms
         .iter()
@@ -363,7 +361,7 @@ pub fn transform_as_written(path: &Path, name: &str) -> Result<WrittenTransform>
     Ok(WrittenTransform {
         component: ComponentRef::parse(&transform.component, dir),
         options: match &transform.options {
-            Some(options) => serde_json::to_value(options)?,
+            Some(options) => options.clone(),
             None => serde_json::json!({}),
         },
         endpoints: transform
@@ -391,7 +389,7 @@ fn audit_path(dir: &Path, configured: Option<&str>, first_sink: &Path) -> PathBu
 /// A pipeline file as a plain YAML document, for reading a few paths from
 /// it: a variable that is not set stands in as a placeholder instead of
 /// stopping the lookup.
-fn document_without_secrets(path: &Path) -> Result<serde_yaml::Value> {
+fn document_without_secrets(path: &Path) -> Result<serde_json::Value> {
     let raw = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
     let text = interpolate::interpolate(&raw, |name| {
@@ -401,7 +399,7 @@ fn document_without_secrets(path: &Path) -> Result<serde_yaml::Value> {
             .or_else(|| Some(format!("unset-{name}")))
     })
     .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
-    serde_yaml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+    crate::yaml::from_str(path, &text)
 }
 
 /// The audit database a pipeline file names, read without the rest of the
@@ -426,11 +424,11 @@ pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
     let doc = document_without_secrets(path)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut paths = Vec::new();
-    if let Some(endpoints) = doc["endpoints"].as_mapping() {
+    if let Some(endpoints) = doc["endpoints"].as_object() {
         for endpoint in endpoints.values() {
             let spec = match &endpoint["cache"] {
-                serde_yaml::Value::Bool(on) => CacheSpec::Enabled(*on),
-                serde_yaml::Value::String(path) => CacheSpec::Path(path.clone()),
+                serde_json::Value::Bool(on) => CacheSpec::Enabled(*on),
+                serde_json::Value::String(path) => CacheSpec::Path(path.clone()),
                 _ => continue,
             };
             paths.extend(money::cache_path(dir, &spec, &audit));
@@ -439,27 +437,6 @@ pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
     paths.sort();
     paths.dedup();
     Ok(paths)
-}
-
-fn parse_error(file: &PipelineFile, err: &serde_yaml::Error) -> anyhow::Error {
-    match err.location() {
-        Some(loc) => anyhow!(
-            "{}:{}:{}: {}",
-            file.path.display(),
-            loc.line(),
-            loc.column(),
-            strip_location(&err.to_string())
-        ),
-        None => anyhow!("{}: {err}", file.path.display()),
-    }
-}
-
-/// serde_yaml appends " at line L column C"; the prefix already says where.
-fn strip_location(message: &str) -> &str {
-    match message.rfind(" at line ") {
-        Some(cut) => &message[..cut],
-        None => message,
-    }
 }
 
 fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
@@ -631,14 +608,7 @@ fn resolve_nodes(
         };
         let options_json = match &t.options {
             None => "{}".to_string(),
-            Some(value @ serde_yaml::Value::Mapping(_)) => {
-                serde_json::to_string(value).map_err(|e| {
-                    at(
-                        "options",
-                        format!("options cannot be turned into JSON: {e}"),
-                    )
-                })?
-            }
+            Some(value @ serde_json::Value::Object(_)) => value.to_string(),
             Some(_) => {
                 return Err(at(
                     "options",

@@ -280,7 +280,7 @@ pub struct TransformSpec {
     pub component: String,
     /// Handed to the component's `configure` as a JSON object.
     #[serde(default)]
-    pub options: Option<serde_yaml::Value>,
+    pub options: Option<serde_json::Value>,
     /// The endpoints this node may call: a list of endpoint names, or a map
     /// from the name the component uses to the endpoint's name.
     #[serde(default)]

@@ -148,6 +148,65 @@ fn malformed_yaml_is_located() {
 }
 
 #[test]
+fn an_alias_bomb_is_refused_quickly_at_its_line() {
+    // Nine levels of nine aliases: 9^9 (387 million) strings once expanded.
+    let mut bomb = String::from("    options:\n      l0: &l0 \"lol\"\n");
+    for level in 1..=9 {
+        let aliases = vec![format!("*l{}", level - 1); 9].join(", ");
+        bomb.push_str(&format!("      l{level}: &l{level} [{aliases}]\n"));
+    }
+    let yaml = GOOD.replace(
+        "    options:\n      template: 'Say {{ row.text }}'\n      temperature: 0\n",
+        &bomb,
+    );
+    assert_ne!(yaml, GOOD);
+    let started = std::time::Instant::now();
+    let err = load_with(&yaml, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.contains(
+            "pipeline.yaml:18:26: too large or too complex to read: more than 250000 values"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn nesting_beyond_reason_is_refused_at_its_line() {
+    for (depth, says) in [
+        (100, "nested more than 64 levels deep"),
+        (100_000, "recursion limit exceeded"),
+    ] {
+        let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let yaml = GOOD.replace(
+            "temperature: 0",
+            &format!("temperature: 0\n      deep: {deep}"),
+        );
+        let started = std::time::Instant::now();
+        let err = load_with(&yaml, &[("KEY", "k")]).unwrap_err().to_string();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(err.contains("pipeline.yaml:14:"), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+#[test]
+fn an_endpoint_declared_twice_is_refused() {
+    let twice = GOOD.replace("transforms:", "  llm:\n    pool_size: 2\ntransforms:");
+    let err = load_with(&twice, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(err.contains("pipeline.yaml:7:3: "), "{err}");
+    assert!(err.contains("duplicate"), "{err}");
+}
+
+#[test]
 fn azure_endpoints_need_their_settings() {
     let azure = GOOD.replace(
         "    api_key: ${KEY}\n",

@@ -86,7 +86,7 @@ mod tests {
     use super::*;
 
     fn spec(yaml: &str) -> EndpointSpec {
-        serde_yaml::from_str(yaml).unwrap()
+        weir_formats::yaml::from_str(std::path::Path::new("endpoint.yaml"), yaml).unwrap()
     }
 
     #[test]
