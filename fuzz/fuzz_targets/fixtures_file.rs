@@ -5,12 +5,13 @@
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use weir_formats::fixtures::FixtureFile;
+use weir_formats::yaml;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(file) = weir_formats::yaml::from_str::<FixtureFile>(Path::new("fixtures.yaml"), text) else {
+    let Ok(file) = yaml::from_str::<FixtureFile>(Path::new("fixtures.yaml"), text) else {
         return;
     };
     for case in &file.cases {
