@@ -271,7 +271,12 @@ async fn fixtures_recorded_from_a_run_replay_it_and_catch_a_changed_prompt() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = ws.read("recorded.yaml");
     assert_eq!(text.matches("- name: row ").count(), 3, "{text}");
-    assert!(text.contains(&echo_of(2)), "{text}");
+    let doc: serde_json::Value = weir_formats::yaml::from_str(&recorded, &text).unwrap();
+    assert_eq!(
+        doc["cases"][2]["expect"]["rows"][0]["llm_response"],
+        echo_of(2).as_str(),
+        "{text}"
+    );
     assert!(
         !text.contains(KEY),
         "the key must not reach a fixtures file"
