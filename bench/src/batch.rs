@@ -32,7 +32,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
             let endpoint = if batch {
                 "mode: batch\nbatch_poll_seconds: 1\n"
             } else {
-                "pool_size: 64\n"
+                "pool_size: 16\n"
             };
             let pipeline = write_pipeline(&dir, rows, &server.base_url(), endpoint)?;
             let started = Instant::now();

@@ -328,11 +328,12 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
     let pipeline = pipeline.to_path_buf();
     let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     tokio::task::spawn_blocking(move || {
+        let log = pipeline.with_file_name("weir-stderr.log");
         let child = std::process::Command::new(&weir)
             .args(["run", "--no-progress"])
             .args(&extra)
             .arg(&pipeline)
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
             .spawn()?;
         let mut status = 0;
         // SAFETY: wait4 fills the zeroed rusage of the child we spawned and
@@ -342,7 +343,8 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
         anyhow::ensure!(pid > 0, "wait4 failed: {}", std::io::Error::last_os_error());
         anyhow::ensure!(
             libc::WIFEXITED(status) && matches!(libc::WEXITSTATUS(status), 0 | 2),
-            "weir failed (status {status})"
+            "weir failed (status {status}): {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
         );
         Ok(Usage {
             user: usage.ru_utime.tv_sec as f64 + usage.ru_utime.tv_usec as f64 / 1e6,

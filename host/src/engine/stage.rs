@@ -4,10 +4,9 @@
 use super::setup::Node;
 use crate::config::BatchMode;
 use crate::runtime::LimitHit;
-use crate::runtime::RowScope;
 use crate::runtime::bindings::{GuestRowError, Outcome};
+use crate::runtime::{Interrupted, RowScope};
 use crate::services::audit::{AuditLog, BatchRecord, Json, NodeStateRecord, Record, now_ms};
-use crate::services::batch::Parked;
 use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -56,11 +55,29 @@ impl Node {
         flows: Vec<Flow>,
         audit: Option<Arc<AuditLog>>,
     ) -> Vec<Flow> {
+        // Only the call and the guest's run are held across the wait: a row
+        // waiting on a provider batch keeps this future alive, so the work
+        // before and after is done in plain functions, which keep nothing.
+        let call = match self.prepare_call(flows, audit.as_ref()) {
+            Ok(call) => call,
+            Err(flows) => return flows,
+        };
+        let outcomes = self.run_guest(&call.input, &call.scopes).await;
+        self.finish_call(call, outcomes, audit.as_ref())
+    }
+
+    /// The guest's input for the live rows of `flows`, and their node
+    /// states; the flows back when none is live.
+    fn prepare_call(
+        &self,
+        flows: Vec<Flow>,
+        audit: Option<&Arc<AuditLog>>,
+    ) -> Result<Call, Vec<Flow>> {
         let live: Vec<usize> = (0..flows.len())
             .filter(|&i| flows[i].state.is_ok())
             .collect();
         if live.is_empty() {
-            return flows;
+            return Err(flows);
         }
         let started = Instant::now();
         let started_at_ms = now_ms();
@@ -68,7 +85,7 @@ impl Node {
             .iter()
             .map(|_| audit.as_ref().map_or(0, |a| a.new_state_id()))
             .collect();
-        let batch_id = match (&self.config.batch, &audit) {
+        let batch_id = match (&self.config.batch, audit) {
             (Some(batch), Some(audit)) => {
                 let id = audit.new_batch_id();
                 audit.record(Record::Batch(BatchRecord {
@@ -112,8 +129,39 @@ impl Node {
                     .map(|r| serde_json::to_string(r).expect("a JSON object always serializes")),
             );
         }
-        let outcomes = self.run_guest(&input, scopes).await;
-        let input_texts = input;
+        Ok(Call {
+            flows,
+            live,
+            started,
+            started_at_ms,
+            state_ids,
+            batch_id,
+            input,
+            scopes,
+            spans,
+        })
+    }
+
+    /// Checks what the guest returned, records each node state, and hands
+    /// the flows on.
+    fn finish_call(
+        &self,
+        call: Call,
+        outcomes: Result<Vec<Outcome>, RowError>,
+        audit: Option<&Arc<AuditLog>>,
+    ) -> Vec<Flow> {
+        let Call {
+            flows,
+            live,
+            started,
+            started_at_ms,
+            state_ids,
+            batch_id,
+            input: input_texts,
+            scopes: _,
+            spans,
+        } = call;
+
         let results: Vec<Result<Vec<Row>, RowError>> = spans
             .iter()
             .map(|span| match &outcomes {
@@ -225,7 +273,7 @@ impl Node {
     async fn run_guest(
         &self,
         input: &[String],
-        scopes: Vec<RowScope>,
+        scopes: &[RowScope],
     ) -> Result<Vec<Outcome>, RowError> {
         let traps = self.traps_in_a_row.load(Ordering::Relaxed);
         if let Some(stop) = self.config.limits.stop_after_traps
@@ -246,30 +294,38 @@ impl Node {
                 Some(slots) => Some(slots.acquire().await.expect("never closed")),
                 None => None,
             };
-            let mut instance = self.runtime.checkout().await.map_err(|e| match e.limit {
+            // Boxed: a future is as large as its largest state, and a row
+            // waiting on a provider batch keeps this one alive; unboxed,
+            // wasmtime's call would make each waiting row cost kilobytes.
+            let checkout = Box::pin(self.runtime.checkout());
+            let mut instance = checkout.await.map_err(|e| match e.limit {
                 Some(limit) => self.trap_error(Some(limit), &anyhow::anyhow!("{e}")),
                 None => RowError::new("guest_unavailable", e.message),
             })?;
             let run = scopes.iter().map(|s| s.restart(waited)).collect();
-            let processed = instance.process(input, run).await;
+            let processed = Box::pin(instance.process(input, run)).await;
             self.rows_truncated
                 .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
             drop(slot);
-            let parked = match &processed {
-                Err(e) => e.downcast_ref::<Parked>().cloned(),
-                Ok(_) => None,
+            let processed = match processed {
+                Err(Interrupted::Parked(parked)) => Err(parked),
+                Ok(outcomes) => Ok(Ok(outcomes)),
+                Err(Interrupted::Trap(trap)) => Ok(Err(trap)),
             };
-            if let Some(parked) = parked {
-                // The instance is dropped: a waiting row holds only its data.
-                drop(instance);
-                let since = Instant::now();
-                parked
-                    .wait()
-                    .await
-                    .map_err(|detached| RowError::new("detached", detached))?;
-                waited += since.elapsed();
-                continue;
-            }
+            let processed = match processed {
+                Ok(processed) => processed,
+                Err(parked) => {
+                    // The instance is dropped: a waiting row holds only its data.
+                    drop(instance);
+                    let since = Instant::now();
+                    parked
+                        .wait()
+                        .await
+                        .map_err(|detached| RowError::new("detached", detached))?;
+                    waited += since.elapsed();
+                    continue;
+                }
+            };
             return match processed {
                 Ok(outcomes) if outcomes.len() == input.len() => {
                     self.runtime.checkin(instance);
@@ -376,6 +432,23 @@ impl Node {
             ),
         ))
     }
+}
+
+/// One call of a node's guest over the live rows of some flows.
+struct Call {
+    flows: Vec<Flow>,
+    /// Which of `flows` go to the guest.
+    live: Vec<usize>,
+    started: Instant,
+    started_at_ms: i64,
+    /// The node state of each live flow.
+    state_ids: Vec<u64>,
+    batch_id: Option<u64>,
+    /// The rows as the guest gets them, and each one's node state.
+    input: Vec<String>,
+    scopes: Vec<RowScope>,
+    /// Which of `input` each live flow's rows are.
+    spans: Vec<std::ops::Range<usize>>,
 }
 
 /// A node state's rows as JSON text: as the guest got them, and as it

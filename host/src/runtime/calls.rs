@@ -30,7 +30,10 @@ impl GuestState {
             }
         }
         if !waits.is_empty() {
-            return Err(wasmtime::Error::new(Parked { waits }));
+            // What the row waits for stays here; the trap only unwinds the
+            // component, and carries nothing a waiting row would keep.
+            self.parked = Some(Parked { waits });
+            return Err(wasmtime::Error::msg("the row waits on a provider batch"));
         }
         let node = &self.node;
         let calls = plans.into_iter().map(|plan| async move {

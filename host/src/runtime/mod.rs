@@ -14,7 +14,7 @@ mod wasi;
 
 pub use limits::LimitHit;
 
-pub use pool::{GuestInstance, NodeRuntime, NodeSetupError, Unavailable};
+pub use pool::{GuestInstance, Interrupted, NodeRuntime, NodeSetupError, Unavailable};
 pub use state::{NodeServices, Outbound, RowScope, Script};
 
 use anyhow::{Context, Result};

@@ -10,6 +10,7 @@ use super::limits::{LimitHit, NodeMemory};
 use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
 use crate::config::GuestLimits;
+use crate::services::batch::Parked;
 use anyhow::{Result, anyhow};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -126,22 +127,39 @@ impl Exports {
     }
 }
 
+/// Why a call of `process` did not return.
+pub enum Interrupted {
+    /// Not a fault: the rows wait on provider batches (see `Parked`).
+    Parked(Parked),
+    /// A trap, explained.
+    Trap(anyhow::Error),
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interrupted::Parked(parked) => write!(f, "{parked}"),
+            Interrupted::Trap(trap) => write!(f, "{trap:#}"),
+        }
+    }
+}
+
 impl GuestInstance {
-    /// Runs `process`; an `Err` is a trap, which leaves the instance unusable.
-    pub async fn process(&mut self, rows: &[String], scope: Vec<RowScope>) -> Result<Vec<Outcome>> {
+    /// Runs `process`; an `Err` leaves the instance unusable.
+    pub async fn process(
+        &mut self,
+        rows: &[String],
+        scope: Vec<RowScope>,
+    ) -> Result<Vec<Outcome>, Interrupted> {
         self.store.data_mut().cpu.refill();
         self.store.set_epoch_deadline(1);
         self.store.data_mut().start_call(scope);
         let result = self.exports.process(&mut self.store, rows).await;
         self.store.data_mut().end_call();
         let stderr = self.store.data().stderr.take();
-        result.map_err(|trap| {
-            // Not a fault: the row waits on a provider batch (see `Parked`).
-            if let Some(parked) = trap.downcast_ref::<crate::services::batch::Parked>() {
-                anyhow::Error::new(parked.clone())
-            } else {
-                explain_trap(&trap, &stderr)
-            }
+        result.map_err(|trap| match self.store.data_mut().parked.take() {
+            Some(parked) => Interrupted::Parked(parked),
+            None => Interrupted::Trap(explain_trap(&trap, &stderr)),
         })
     }
 

@@ -104,6 +104,8 @@ pub struct GuestState {
     wasi: WasiCtx,
     pub(super) stderr: StderrTail,
     table: ResourceTable,
+    /// Set when the call stopped because its rows wait on provider batches.
+    pub(super) parked: Option<crate::services::batch::Parked>,
 }
 
 impl GuestState {
@@ -124,6 +126,7 @@ impl GuestState {
             wasi: super::wasi::sealed(&stderr),
             stderr,
             table: ResourceTable::new(),
+            parked: None,
         }
     }
 

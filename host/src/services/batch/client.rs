@@ -102,11 +102,16 @@ impl Client {
     }
 
     /// The batch's lines as JSONL (OpenAI, Azure) or as Anthropic's list.
-    fn lines(&self, requests: &[Request]) -> Vec<Value> {
-        requests
-            .iter()
-            .map(|r| lines::line(self.wire, &r.custom_id, &r.body, self.deployment.as_deref()))
-            .collect()
+    /// The batch's lines, each as JSON text followed by `separator`: built
+    /// one at a time, so a batch of 50,000 costs its text and no more.
+    fn lines(&self, requests: &[Request], separator: char) -> String {
+        let mut text = String::new();
+        for r in requests {
+            let line = lines::line(self.wire, &r.custom_id, &r.body, self.deployment.as_deref());
+            text.push_str(&line.to_string());
+            text.push(separator);
+        }
+        text
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
@@ -146,11 +151,7 @@ impl Client {
 
     /// OpenAI and Azure: uploads the batch's JSONL file; returns its id.
     pub async fn upload(&self, requests: &[Request]) -> Result<String> {
-        let mut jsonl = String::new();
-        for line in self.lines(requests) {
-            jsonl.push_str(&line.to_string());
-            jsonl.push('\n');
-        }
+        let jsonl = self.lines(requests, '\n');
         let part = reqwest::multipart::Part::text(jsonl)
             .file_name("weir-batch.jsonl")
             .mime_str("application/jsonl")?;
@@ -183,16 +184,20 @@ impl Client {
                     "endpoint": if self.wire == Wire::Azure { "/chat/completions" } else { "/v1/chat/completions" },
                     "completion_window": "24h",
                     "metadata": { "weir_batch": tag },
-                }),
+                })
+                .to_string(),
             ),
-            Wire::Anthropic => (
-                self.base.clone(),
-                json!({ "requests": self.lines(requests) }),
-            ),
+            Wire::Anthropic => {
+                let mut list = self.lines(requests, ',');
+                list.pop();
+                (self.base.clone(), format!("{{\"requests\":[{list}]}}"))
+            }
         };
         let batch = self
             .send_json(
-                self.request(reqwest::Method::POST, &url).json(&body),
+                self.request(reqwest::Method::POST, &url)
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body),
                 "create the batch",
             )
             .await?;

@@ -511,7 +511,11 @@ impl Inner {
             requests.len(),
             self.poll.as_secs_f64()
         );
+        // The requests are in the audit database: not held while the
+        // provider works, which may be hours.
+        drop(requests);
         let status = self.poll_until_ended(&batch_id, job.job_id).await?;
+        let requests = self.store.requests_of(job.job_id)?;
         let (results, unreadable) = self.retry(|| self.client.results(&status)).await?;
         if unreadable > 0 {
             tracing::warn!(
@@ -732,12 +736,6 @@ impl Parked {
     }
 }
 
-impl std::fmt::Debug for Parked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "parked on {} batch requests", self.waits.len())
-    }
-}
-
 impl std::fmt::Display for Parked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -747,8 +745,6 @@ impl std::fmt::Display for Parked {
         )
     }
 }
-
-impl std::error::Error for Parked {}
 
 #[cfg(test)]
 mod tests {

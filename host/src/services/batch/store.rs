@@ -98,7 +98,9 @@ impl Store {
     /// transaction; returns the batch's number and when it was prepared.
     pub fn prepare(&self, requests: &[Request]) -> Result<(i64, i64)> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        // Immediate: a read that turns into a write would fail at once, without
+        // waiting, while the audit writer holds the database.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let job_id: i64 = tx.query_row(
             "SELECT coalesce(max(job_id), 0) + 1 FROM provider_batches WHERE run_id = ?1",
             [self.run_id],
@@ -182,7 +184,9 @@ impl Store {
     /// run killed before it commits downloads the results again.
     pub fn ended(&self, job_id: i64, status: &str, results: &[LineResult]) -> Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        // Immediate: a read that turns into a write would fail at once, without
+        // waiting, while the audit writer holds the database.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let (mut succeeded, mut failed) = (0i64, 0i64);
         {
             let mut update = tx.prepare_cached(
