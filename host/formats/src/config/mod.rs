@@ -746,6 +746,25 @@ fn check_batch_mode(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result
     Ok(())
 }
 
+/// A first-byte timeout is part of the whole request's: one beyond it would
+/// never fire.
+fn check_first_byte_timeout(name: &str, first_byte: f64, total: f64) -> Result<(), String> {
+    const FIELD: &str = "first_byte_timeout_seconds";
+    if seconds_in_range(first_byte).is_none() {
+        return Err(format!(
+            "endpoint `{name}`: {}",
+            seconds_rule(FIELD, first_byte)
+        ));
+    }
+    if first_byte > total {
+        return Err(format!(
+            "endpoint `{name}`: {FIELD} ({first_byte} s) must not exceed \
+             request_timeout_seconds ({total} s)"
+        ));
+    }
+    Ok(())
+}
+
 fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<()> {
     let at = |field: &str, msg: String| file.error_at(&["endpoints", name, field], msg);
     if e.pool_size == 0 {
@@ -786,6 +805,10 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
                 format!("endpoint `{name}`: {}", seconds_rule(field, value)),
             ));
         }
+    }
+    if let Some(first_byte) = e.first_byte_timeout_seconds {
+        check_first_byte_timeout(name, first_byte, e.request_timeout_seconds)
+            .map_err(|msg| at("first_byte_timeout_seconds", msg))?;
     }
     if let Some(price) = &e.price {
         money::check_price(file, name, price)?;

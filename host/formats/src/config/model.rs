@@ -138,6 +138,15 @@ pub struct EndpointSpec {
     pub request_timeout_seconds: f64,
     #[serde(default = "defaults::connect_timeout_seconds")]
     pub connect_timeout_seconds: f64,
+    /// The longest an attempt waits for its answer to begin (the response
+    /// head), out of `request_timeout_seconds`. A server that queues instead
+    /// of answering 429 (llama.cpp, vLLM, Ollama) holds a request's answer
+    /// back while it waits in its queue: past this, the attempt counts as a
+    /// capacity answer — retried until `max_capacity_retry_seconds` without
+    /// spending `max_retries`, and a sign of overload to the adaptive limit.
+    /// Unset: only `request_timeout_seconds` applies.
+    #[serde(default)]
+    pub first_byte_timeout_seconds: Option<f64>,
     /// Adapt the number of requests in flight to the endpoint's capacity
     /// (AIMD, up to `pool_size`); when false, always use `pool_size`.
     #[serde(default = "defaults::adaptive_concurrency")]

@@ -360,3 +360,26 @@ fn output_and_memory_caps_have_defaults_and_are_checked_at_their_line() {
         assert!(err.contains(&format!("pipeline.yaml:12: {line}")), "{err}");
     }
 }
+
+#[test]
+fn a_first_byte_timeout_is_within_the_request_timeout_and_refused_at_its_line() {
+    let endpoint =
+        |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));
+    let ok = load_with(&endpoint("first_byte_timeout_seconds: 15"), &[("KEY", "k")]).unwrap();
+    assert_eq!(ok.endpoints["llm"].first_byte_timeout_seconds, Some(15.0));
+    let cases = [
+        (
+            endpoint("first_byte_timeout_seconds: 0"),
+            "7: endpoint `llm`: first_byte_timeout_seconds must be a positive number of seconds",
+        ),
+        (
+            endpoint("request_timeout_seconds: 30\n    first_byte_timeout_seconds: 60"),
+            "8: endpoint `llm`: first_byte_timeout_seconds (60 s) must not exceed \
+             request_timeout_seconds (30 s)",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let err = load_with(&yaml, &[("KEY", "k")]).unwrap_err().to_string();
+        assert!(err.contains(&format!("pipeline.yaml:{expected}")), "{err}");
+    }
+}

@@ -9,8 +9,9 @@
 //! adaptive limit handles them.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -110,7 +111,7 @@ impl Breaker {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return (None, None);
             }
-            super::wait(notified, super::earliest(wake, deadline)).await;
+            super::clock::wait(notified, super::clock::earliest(wake, deadline)).await;
         }
     }
 

@@ -4,15 +4,32 @@
 //! capacity errors until a deadline, transient ones a bounded number of times,
 //! and never the ones retrying cannot fix.
 
+//!
+//! Each layer has one job: `admission` (what a request waits for),
+//! `limiter` (the slots and their lines), `controller` (the adaptive limit),
+//! `pacing` (spacing dispatches), `dispatch` (one attempt over HTTP), `retry`
+//! (classifying an attempt and when to try again), `breaker`, `health`,
+//! `stats` and `throttle` (the figures), and `send`, which takes a request
+//! through them. Time is tokio's (`clock`), so tests run on a paused clock.
+
+mod admission;
 pub(crate) mod anthropic;
 mod breaker;
+mod clock;
+mod controller;
+mod dispatch;
 mod health;
 mod limiter;
+mod pacing;
 mod rate;
 mod retry;
 mod secrets;
+mod send;
+#[cfg(test)]
+mod sim;
 mod stats;
 mod target;
+mod throttle;
 
 pub use breaker::BreakerState;
 pub use stats::{Money, StatsSnapshot};
@@ -20,28 +37,22 @@ pub use stats::{Money, StatsSnapshot};
 use crate::config::{EndpointKind, EndpointMode, EndpointSpec};
 use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
 use crate::services::batch::BatchQueue;
-use crate::services::budget::{Budget, Hold};
+use crate::services::budget::Budget;
 use crate::services::cache::{self, ResponseCache};
 use crate::services::cost::{self, CallCost};
 use crate::services::stop::RunStop;
 use anyhow::{Context, Result};
 use breaker::{Breaker, Transition};
+use dispatch::Dispatch;
 use health::Health;
-use limiter::{Limiter, Signal};
+use limiter::Limiter;
 use rate::RateLimits;
-use retry::Verdict;
 use secrets::Secrets;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::Target;
-
-const CAPACITY_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_secs(10));
-const TRANSIENT_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(250), Duration::from_secs(10));
-
-const ROW_DEADLINE_PASSED: &str = "the row's deadline (row_deadline_seconds) passed";
+use throttle::WaitClock;
 
 /// The final answer to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +153,7 @@ pub struct Endpoint {
     breaker: Breaker,
     rates: RateLimits,
     stats: stats::Stats,
+    throttled: WaitClock,
     health: Health,
     budget: Arc<Budget>,
     cache: Option<Arc<ResponseCache>>,
@@ -150,12 +162,6 @@ pub struct Endpoint {
     secrets: Secrets,
     /// `mode: batch`: where requests wait for the provider's batches.
     batch: Option<Arc<BatchQueue>>,
-}
-
-/// Why a request stopped waiting or retrying.
-enum Stop {
-    RowDeadline,
-    RetryBudget,
 }
 
 impl Endpoint {
@@ -202,6 +208,7 @@ impl Endpoint {
             ),
             rates: RateLimits::new(spec.requests_per_minute, spec.tokens_per_minute),
             stats: stats::Stats::default(),
+            throttled: WaitClock::default(),
             health: Health::new(
                 name,
                 spec.kind,
@@ -261,8 +268,11 @@ impl Endpoint {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats
-            .snapshot(self.limiter.snapshot(), self.breaker.state())
+        self.stats.snapshot(
+            self.limiter.snapshot(),
+            self.breaker.state(),
+            self.throttled.total(),
+        )
     }
 
     /// Sends `body`. Capacity errors are retried until
@@ -283,7 +293,11 @@ impl Endpoint {
                 let reason = stop.reason().map(ToString::to_string).unwrap_or_default();
                 return Err(CallError::Transport(format!("not sent: the run is stopping ({reason})")));
             }
-            result = self.send_with_retries(body, row_deadline, on_attempt) => result,
+            result = self.send_with_retries(
+                body,
+                row_deadline.map(tokio::time::Instant::from_std),
+                on_attempt,
+            ) => result,
         };
         self.health.judge(&result);
         if let Ok(response) = &result {
@@ -343,253 +357,6 @@ impl Endpoint {
         }
     }
 
-    async fn send_with_retries(
-        &self,
-        body: &str,
-        row_deadline: Option<Instant>,
-        mut on_attempt: impl FnMut(Attempt<'_>),
-    ) -> Result<Response, CallError> {
-        self.stats.request_started();
-        let tokens = if self.rates.is_limited() {
-            rate::estimate_tokens(body)
-        } else {
-            0
-        };
-        let mut first: Option<Instant> = None;
-        let (mut attempt, mut capacity_retries, mut transient_retries) = (0u32, 0u32, 0u32);
-        loop {
-            let budget_end = first.map(|f| f + self.retry_budget());
-            let wait_deadline = earliest(row_deadline, budget_end);
-            let expected = self
-                .spec
-                .price
-                .as_ref()
-                .map(|p| cost::estimate(p, body, self.stats.mean_cost()));
-            let admitted = self
-                .admit(tokens, expected, wait_deadline, attempt > 0)
-                .await;
-            let (ticket, permit, hold) = match admitted {
-                Some(admitted) => admitted,
-                None if self.health.stop().is_draining() => {
-                    self.stats.finished(false);
-                    return Err(CallError::Transport(
-                        "not sent: the run is stopping".to_string(),
-                    ));
-                }
-                None => {
-                    let stop = if row_deadline == wait_deadline {
-                        Stop::RowDeadline
-                    } else {
-                        Stop::RetryBudget
-                    };
-                    return self.give_up(
-                        stop,
-                        attempt,
-                        first,
-                        "waiting for the endpoint (circuit breaker open or limits reached)",
-                    );
-                }
-            };
-            let started = Instant::now();
-            let first_attempt = *first.get_or_insert(started);
-            let started_at_ms = now_ms();
-            attempt += 1;
-            self.stats.attempt_started();
-            let timeout = match row_deadline {
-                Some(d) => self
-                    .request_timeout()
-                    .min(d.saturating_duration_since(started)),
-                None => self.request_timeout(),
-            };
-            let result = self.without_secrets(self.attempt_once(body, timeout).await);
-            let latency = started.elapsed();
-            self.stats.attempt_ended(latency);
-
-            let verdict = match &result {
-                Ok(answer) => retry::classify_status(
-                    answer.status,
-                    &answer.headers,
-                    &answer.body,
-                    retry::promises_json(self.spec.kind, &answer.headers),
-                ),
-                Err(failure) if failure.timed_out => Verdict::Timeout,
-                Err(_) => Verdict::Transient,
-            };
-            permit.release(match verdict {
-                Verdict::Success => Signal::Success,
-                Verdict::Capacity { .. } | Verdict::Timeout if self.spec.adaptive_concurrency => {
-                    Signal::Capacity
-                }
-                _ => Signal::Neutral,
-            });
-            let failure = match (&result, verdict) {
-                (Err(f), _) => Some(f.message.clone()),
-                (Ok(a), Verdict::Transient) => Some(format!("HTTP {}", a.status)),
-                (Ok(a), Verdict::NotJson) => Some(not_json(a)),
-                _ => None,
-            };
-            if let Some(transition) = self.breaker.record(ticket, failure.as_deref()) {
-                self.report(transition);
-            }
-            if let Ok(answer) = &result {
-                if matches!(verdict, Verdict::Capacity { .. }) {
-                    self.stats.capacity_error();
-                }
-                match rate::window(&answer.headers) {
-                    Some(rate::Window::Spent(hold)) => {
-                        let hold = hold.min(self.retry_budget());
-                        self.limiter.pause_until(Instant::now() + hold);
-                        self.limiter.set_min_spacing(Some(hold));
-                    }
-                    Some(rate::Window::Open) => self.limiter.set_min_spacing(None),
-                    None => {}
-                }
-            }
-
-            let elapsed = first_attempt.elapsed();
-            let budget = self.retry_budget();
-            let wait = match verdict {
-                Verdict::Capacity { retry_after } => {
-                    let backoff =
-                        retry::backoff(capacity_retries, CAPACITY_BACKOFF.0, CAPACITY_BACKOFF.1);
-                    // The server's word is capped at the budget: a wait
-                    // beyond it is not waited, and the request gives up.
-                    Some(retry_after.map_or(backoff, |r| r.min(budget).max(backoff)))
-                }
-                Verdict::Transient | Verdict::Timeout | Verdict::NotJson
-                    if transient_retries < self.spec.max_retries =>
-                {
-                    Some(retry::backoff(
-                        transient_retries,
-                        TRANSIENT_BACKOFF.0,
-                        TRANSIENT_BACKOFF.1,
-                    ))
-                }
-                _ => None,
-            };
-            let in_time = |wait: &Duration| {
-                elapsed + *wait < budget && row_deadline.is_none_or(|d| Instant::now() + *wait < d)
-            };
-            let wait = wait.filter(in_time);
-
-            let tokens_used = match (&result, verdict) {
-                (Ok(answer), Verdict::Success) => self.usage(&answer.body),
-                _ => None,
-            };
-            let cost = match (&result, verdict, &self.spec.price) {
-                (Ok(answer), Verdict::Success, Some(price)) => {
-                    Some(cost::call_cost(price, body, &answer.body))
-                }
-                _ => None,
-            };
-            if let Some(hold) = hold {
-                self.budget.settle(hold, cost.map_or(0.0, |c| c.usd));
-            }
-            if let Some(cost) = cost {
-                self.stats.cost(cost.usd, cost.estimated);
-            }
-            if let Some((prompt, completion)) = tokens_used {
-                self.stats.tokens(prompt, completion);
-            }
-            let retry_cause = wait.and(verdict.retry_cause());
-            on_attempt(Attempt {
-                attempt,
-                status: result.as_ref().ok().map(|a| a.status),
-                body: result.as_ref().ok().map(|a| a.body.as_str()),
-                error: match (&result, verdict) {
-                    (Err(f), _) => Some(f.message.clone()),
-                    (Ok(a), Verdict::NotJson) => Some(not_json(a)),
-                    _ => None,
-                },
-                retry_cause,
-                latency,
-                started_at_ms,
-                tokens: tokens_used,
-                cost,
-            });
-
-            if let Some(wait) = wait {
-                match retry_cause {
-                    Some("capacity") => capacity_retries += 1,
-                    // While the breaker is open the endpoint is down, not this
-                    // request: waiting out an outage spends none of its
-                    // retries, and the outage's length is `abort_after_seconds`'s.
-                    _ if self.breaker.state() != BreakerState::Closed => {}
-                    _ => transient_retries += 1,
-                }
-                self.stats.retried(retry_cause.unwrap_or("transient"));
-                tokio::time::sleep(wait).await;
-                continue;
-            }
-            let outcome = self.conclude(
-                result,
-                verdict,
-                attempt,
-                first_attempt.elapsed(),
-                row_deadline,
-            );
-            self.stats
-                .finished(outcome.is_ok() && verdict == Verdict::Success);
-            return outcome;
-        }
-    }
-
-    /// Waits for the breaker, the rate limits and a slot in the pool.
-    /// Also holds the request's `expected` cost against the run's budget.
-    async fn admit(
-        &self,
-        tokens: u32,
-        expected: Option<f64>,
-        deadline: Option<Instant>,
-        retry: bool,
-    ) -> Option<(breaker::Ticket, limiter::Permit<'_>, Option<Hold>)> {
-        let waited = Instant::now();
-        if self.rates.is_limited() {
-            let admitted = match deadline {
-                Some(d) => tokio::time::timeout_at(d.into(), self.rates.admit(tokens))
-                    .await
-                    .is_ok(),
-                None => {
-                    self.rates.admit(tokens).await;
-                    true
-                }
-            };
-            if !admitted {
-                return None;
-            }
-        }
-        let permit = self.limiter.acquire(deadline, retry).await;
-        // A run that is stopping lets the calls on the wire finish but sends
-        // no new one.
-        if self.health.stop().is_draining() {
-            return None;
-        }
-        let hold = match expected {
-            Some(expected) => Some(self.budget.hold(expected)?),
-            None => None,
-        };
-        // The breaker is asked last, right before sending: a request that
-        // waited for a slot while the endpoint went down must not go out
-        // once the breaker has opened.
-        let (ticket, transition) = match permit {
-            Some(_) => self.breaker.admit(deadline).await,
-            None => (None, None),
-        };
-        if let Some(transition) = transition {
-            self.report(transition);
-        }
-        self.stats.throttled(waited.elapsed());
-        match (ticket, permit) {
-            (Some(ticket), Some(permit)) => Some((ticket, permit, hold)),
-            _ => {
-                if let Some(hold) = hold {
-                    self.budget.settle(hold, 0.0);
-                }
-                None
-            }
-        }
-    }
-
     /// How long capacity errors are retried (`max_capacity_retry_seconds`),
     /// and the longest any wait the endpoint asks for is taken.
     fn retry_budget(&self) -> Duration {
@@ -598,28 +365,6 @@ impl Endpoint {
 
     fn request_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.spec.request_timeout_seconds)
-    }
-
-    fn give_up(
-        &self,
-        stop: Stop,
-        attempts: u32,
-        first: Option<Instant>,
-        doing: &str,
-    ) -> Result<Response, CallError> {
-        self.stats.finished(false);
-        let spent = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
-        let why = match stop {
-            Stop::RowDeadline => ROW_DEADLINE_PASSED.to_string(),
-            Stop::RetryBudget => format!(
-                "max_capacity_retry_seconds ({} s) ran out",
-                self.spec.max_capacity_retry_seconds
-            ),
-        };
-        Err(CallError::DeadlineExceeded(format!(
-            "endpoint `{}`: {why} while {doing}, after {attempts} attempts in {spent:.1} s",
-            self.name
-        )))
     }
 
     /// Logs and audits a change of the circuit breaker.
@@ -641,107 +386,12 @@ impl Endpoint {
         }
     }
 
-    async fn attempt_once(&self, body: &str, timeout: Duration) -> Result<Answer, AttemptFailure> {
-        let body = match self.spec.kind {
-            EndpointKind::Anthropic => anthropic::request(body),
-            _ => body.to_string(),
-        };
-        let response = self
-            .client
-            .post(self.target.url.clone())
-            .headers(self.target.headers.clone())
-            .timeout(timeout)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| AttemptFailure::from_reqwest(&e, timeout))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response.text().await.map_err(|e| {
-            let mut failure = AttemptFailure::from_reqwest(&e, timeout);
-            failure.message = format!("the answer broke off: {}", failure.message);
-            failure
-        })?;
-        let body = match self.spec.kind {
-            EndpointKind::Anthropic if (200..300).contains(&status) => anthropic::answer(&body),
-            _ => body,
-        };
-        Ok(Answer {
-            status,
-            headers,
-            body,
-        })
-    }
-
-    /// An attempt's answer, or what went wrong, with the endpoint's secrets
-    /// taken out: an endpoint or a proxy may echo them back.
-    fn without_secrets(
-        &self,
-        result: Result<Answer, AttemptFailure>,
-    ) -> Result<Answer, AttemptFailure> {
-        match result {
-            Ok(mut answer) => {
-                self.secrets.redact_headers(&mut answer.headers);
-                answer.body = self.secrets.redact(std::mem::take(&mut answer.body));
-                Ok(answer)
-            }
-            Err(mut failure) => {
-                failure.message = self.secrets.redact(std::mem::take(&mut failure.message));
-                Err(failure)
-            }
-        }
-    }
-
-    fn conclude(
-        &self,
-        result: Result<Answer, AttemptFailure>,
-        verdict: Verdict,
-        attempts: u32,
-        elapsed: Duration,
-        row_deadline: Option<Instant>,
-    ) -> Result<Response, CallError> {
-        let name = &self.name;
-        let deadline_passed = row_deadline.is_some_and(|d| Instant::now() >= d);
-        match result {
-            Ok(answer) => {
-                let status = answer.status;
-                let response = Response {
-                    status,
-                    body: answer.body,
-                    attempts,
-                    latency: elapsed,
-                };
-                match verdict {
-                    // An answer that is still not JSON after the retries is
-                    // handed on as it came: the guest reads it and fails the
-                    // row (`invalid_response` in the built-in `llm`).
-                    Verdict::Success | Verdict::NotJson => Ok(response),
-                    Verdict::Capacity { retry_after } => Err(CallError::DeadlineExceeded(format!(
-                        "endpoint `{name}` was still over capacity (HTTP {status}) after {attempts} \
-                         attempts in {:.1} s; {}{}",
-                        elapsed.as_secs_f64(),
-                        if deadline_passed {
-                            ROW_DEADLINE_PASSED.to_string()
-                        } else {
-                            format!(
-                                "max_capacity_retry_seconds is {} s",
-                                self.spec.max_capacity_retry_seconds
-                            )
-                        },
-                        asked_to_wait(retry_after)
-                    ))),
-                    _ => Err(CallError::Status(response)),
-                }
-            }
-            Err(failure) if deadline_passed => Err(CallError::DeadlineExceeded(format!(
-                "endpoint `{name}`: {ROW_DEADLINE_PASSED}; last attempt: {} \
-                 (after {attempts} attempts)",
-                failure.message
-            ))),
-            Err(failure) => Err(CallError::Transport(format!(
-                "endpoint `{name}`: {} (after {attempts} attempts)",
-                failure.message
-            ))),
+    fn dispatch(&self) -> Dispatch<'_> {
+        Dispatch {
+            client: &self.client,
+            target: &self.target,
+            kind: self.spec.kind,
+            secrets: &self.secrets,
         }
     }
 
@@ -755,88 +405,4 @@ impl Endpoint {
         let count = |key: &str| usage.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
         Some((count("prompt_tokens"), count("completion_tokens")))
     }
-}
-
-/// Waits for `notified`, or until `until` when given, whichever comes first.
-async fn wait(
-    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
-    until: Option<Instant>,
-) {
-    match until {
-        Some(at) => {
-            tokio::select! {
-                _ = tokio::time::sleep_until(at.into()) => {}
-                _ = notified => {}
-            }
-        }
-        None => notified.await,
-    }
-}
-
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: String,
-}
-
-struct AttemptFailure {
-    message: String,
-    timed_out: bool,
-}
-
-impl AttemptFailure {
-    fn from_reqwest(err: &reqwest::Error, timeout: Duration) -> Self {
-        Self {
-            message: describe_transport(err, timeout),
-            timed_out: err.is_timeout(),
-        }
-    }
-}
-
-/// The wait a last capacity answer asked for, when it was one worth naming:
-/// the reason the request stopped rather than waiting.
-fn asked_to_wait(retry_after: Option<Duration>) -> String {
-    match retry_after {
-        Some(wait) if wait >= weir_formats::http_headers::MAX_WAIT => {
-            "; the endpoint asked to wait a year or more".to_string()
-        }
-        Some(wait) if wait >= Duration::from_secs(1) => {
-            format!("; the endpoint asked to wait {:.0} s", wait.as_secs_f64())
-        }
-        _ => String::new(),
-    }
-}
-
-/// What the audit trail and the breaker say of a 2xx that is not JSON.
-fn not_json(answer: &Answer) -> String {
-    format!(
-        "HTTP {} with a body that is not JSON: {}",
-        answer.status,
-        retry::body_start(&answer.body)
-    )
-}
-
-/// reqwest's Display hides the cause that tells users what to fix.
-fn describe_transport(err: &reqwest::Error, timeout: Duration) -> String {
-    if err.is_timeout() {
-        return format!(
-            "no answer within {} s (request_timeout_seconds)",
-            timeout.as_secs_f64()
-        );
-    }
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -5,8 +5,15 @@ use crate::config::EndpointKind;
 use rand::Rng;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use std::time::Duration;
+use tokio::time::Instant;
 use weir_formats::http_headers;
 
+const CAPACITY_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(10));
+const TRANSIENT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(250), Duration::from_secs(10));
+
+/// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Verdict {
     Success,
@@ -23,16 +30,111 @@ pub enum Verdict {
     /// No answer in time: retried like a transient failure, and taken as a
     /// sign of overload by the adaptive limit.
     Timeout,
+    /// The answer did not begin within `first_byte_timeout_seconds`: the
+    /// request sat in the server's queue. Retried like a capacity answer, so
+    /// a queueing server's slowness spends no request's `max_retries`.
+    Queued,
     /// Retrying cannot help (400, 401, 403, 404, 413, quota exhausted, …).
     Fatal,
 }
 
-impl Verdict {
-    pub fn retry_cause(&self) -> Option<&'static str> {
+/// Why an attempt is retried, stored in the audit trail by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryCause {
+    /// Until `max_capacity_retry_seconds` after the first attempt.
+    Capacity,
+    /// Up to `max_retries` times.
+    Transient,
+}
+
+impl RetryCause {
+    /// The stable name the audit trail keeps (`calls.retry_cause`).
+    pub fn name(self) -> &'static str {
         match self {
-            Verdict::Capacity { .. } => Some("capacity"),
-            Verdict::Transient | Verdict::Timeout | Verdict::NotJson => Some("transient"),
-            _ => None,
+            RetryCause::Capacity => "capacity",
+            RetryCause::Transient => "transient",
+        }
+    }
+}
+
+impl Verdict {
+    pub fn retry_cause(&self) -> Option<RetryCause> {
+        match self {
+            Verdict::Capacity { .. } | Verdict::Queued => Some(RetryCause::Capacity),
+            Verdict::Transient | Verdict::Timeout | Verdict::NotJson => Some(RetryCause::Transient),
+            Verdict::Success | Verdict::Fatal => None,
+        }
+    }
+}
+
+/// When a request is retried: capacity answers until the budget after its
+/// first attempt, transient failures `max_retries` times, neither past the
+/// row's deadline. While the breaker is open the endpoint is down, not this
+/// request: waiting out an outage spends none of its retries, and the
+/// outage's length is `abort_after_seconds`'s.
+pub struct RetryPolicy {
+    budget: Duration,
+    max_retries: u32,
+    capacity_retries: u32,
+    transient_retries: u32,
+}
+
+impl RetryPolicy {
+    pub fn new(budget: Duration, max_retries: u32) -> Self {
+        Self {
+            budget,
+            max_retries,
+            capacity_retries: 0,
+            transient_retries: 0,
+        }
+    }
+
+    /// The wait before the next attempt, or `None` to stop. `elapsed`: since
+    /// the first attempt.
+    pub fn wait(
+        &self,
+        verdict: Verdict,
+        elapsed: Duration,
+        row_deadline: Option<Instant>,
+    ) -> Option<Duration> {
+        let wait = match verdict {
+            Verdict::Capacity { retry_after } => {
+                let backoff = backoff(
+                    self.capacity_retries,
+                    CAPACITY_BACKOFF.0,
+                    CAPACITY_BACKOFF.1,
+                );
+                // The server's word is capped at the budget: a wait beyond
+                // it is not waited, and the request gives up.
+                retry_after.map_or(backoff, |r| r.min(self.budget).max(backoff))
+            }
+            Verdict::Queued => backoff(
+                self.capacity_retries,
+                CAPACITY_BACKOFF.0,
+                CAPACITY_BACKOFF.1,
+            ),
+            Verdict::Transient | Verdict::Timeout | Verdict::NotJson
+                if self.transient_retries < self.max_retries =>
+            {
+                backoff(
+                    self.transient_retries,
+                    TRANSIENT_BACKOFF.0,
+                    TRANSIENT_BACKOFF.1,
+                )
+            }
+            _ => return None,
+        };
+        let in_time =
+            elapsed + wait < self.budget && row_deadline.is_none_or(|d| Instant::now() + wait < d);
+        in_time.then_some(wait)
+    }
+
+    /// Counts a retry against its cause's allowance.
+    pub fn retried(&mut self, cause: RetryCause, breaker_closed: bool) {
+        match cause {
+            RetryCause::Capacity => self.capacity_retries += 1,
+            RetryCause::Transient if breaker_closed => self.transient_retries += 1,
+            RetryCause::Transient => {}
         }
     }
 }
@@ -177,7 +279,7 @@ mod tests {
             assert_eq!(classify_status(200, &none, body, true), Verdict::NotJson);
             assert_eq!(classify_status(200, &none, body, false), Verdict::Success);
         }
-        assert_eq!(Verdict::NotJson.retry_cause(), Some("transient"));
+        assert_eq!(Verdict::NotJson.retry_cause(), Some(RetryCause::Transient));
     }
 
     #[test]
@@ -240,5 +342,48 @@ mod tests {
             let ceiling = base.saturating_mul(1 << retry.min(16)).min(cap);
             assert!(d <= ceiling && d >= ceiling / 2, "retry {retry}: {d:?}");
         }
+    }
+
+    #[test]
+    fn retry_causes_keep_their_stored_names() {
+        let cause = |v: Verdict| v.retry_cause().map(RetryCause::name);
+        assert_eq!(
+            cause(Verdict::Capacity { retry_after: None }),
+            Some("capacity")
+        );
+        assert_eq!(cause(Verdict::Queued), Some("capacity"));
+        assert_eq!(cause(Verdict::Timeout), Some("transient"));
+        assert_eq!(cause(Verdict::Transient), Some("transient"));
+        assert_eq!(cause(Verdict::Fatal), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_stop_after_max_retries_but_not_while_the_breaker_is_open() {
+        let mut policy = RetryPolicy::new(Duration::from_secs(60), 2);
+        let elapsed = Duration::ZERO;
+        for _ in 0..2 {
+            assert!(policy.wait(Verdict::Transient, elapsed, None).is_some());
+            policy.retried(RetryCause::Transient, true);
+        }
+        assert!(policy.wait(Verdict::Transient, elapsed, None).is_none());
+        let mut outage = RetryPolicy::new(Duration::from_secs(60), 1);
+        outage.retried(RetryCause::Transient, false);
+        assert!(outage.wait(Verdict::Timeout, elapsed, None).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn capacity_waits_end_with_the_budget_or_the_row_deadline() {
+        let policy = RetryPolicy::new(Duration::from_secs(10), 0);
+        let long = Verdict::Capacity {
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        assert_eq!(
+            policy.wait(long, Duration::ZERO, None),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(policy.wait(long, Duration::from_secs(8), None), None);
+        let soon = Some(Instant::now() + Duration::from_secs(1));
+        assert_eq!(policy.wait(long, Duration::ZERO, soon), None);
+        assert!(policy.wait(Verdict::Queued, Duration::ZERO, None).is_some());
     }
 }

@@ -2,6 +2,7 @@
 
 use super::breaker::BreakerState;
 use super::limiter::LimiterSnapshot;
+use super::retry::RetryCause;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::sync::Mutex;
@@ -19,7 +20,6 @@ pub struct Stats {
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     capacity_errors: AtomicU64,
-    throttled_us: AtomicU64,
     in_flight: AtomicU64,
     peak_in_flight: AtomicU64,
     latencies: Mutex<Latencies>,
@@ -96,7 +96,8 @@ pub struct StatsSnapshot {
     pub concurrency_limit: u32,
     pub peak_concurrency_limit: u32,
     pub concurrency_limit_changes: Vec<(f64, u32)>,
-    /// Total time requests waited for the breaker, rate limits or a slot.
+    /// Wall time during which requests waited for the breaker, rate limits
+    /// or a slot (not a sum over requests).
     pub throttled_seconds: f64,
     pub breaker: &'static str,
     pub latency_p50_ms: Option<u32>,
@@ -121,10 +122,10 @@ impl Stats {
         self.latencies.lock().expect("stats lock").record(latency);
     }
 
-    pub fn retried(&self, cause: &str) {
+    pub fn retried(&self, cause: RetryCause) {
         match cause {
-            "capacity" => self.capacity_retries.fetch_add(1, Relaxed),
-            _ => self.transient_retries.fetch_add(1, Relaxed),
+            RetryCause::Capacity => self.capacity_retries.fetch_add(1, Relaxed),
+            RetryCause::Transient => self.transient_retries.fetch_add(1, Relaxed),
         };
     }
 
@@ -138,11 +139,6 @@ impl Stats {
 
     pub fn capacity_error(&self) {
         self.capacity_errors.fetch_add(1, Relaxed);
-    }
-
-    pub fn throttled(&self, waited: Duration) {
-        self.throttled_us
-            .fetch_add(waited.as_micros() as u64, Relaxed);
     }
 
     pub fn tokens(&self, prompt: u64, completion: u64) {
@@ -170,7 +166,12 @@ impl Stats {
         money.cache_saved_usd += saved_usd;
     }
 
-    pub fn snapshot(&self, limiter: LimiterSnapshot, breaker: BreakerState) -> StatsSnapshot {
+    pub fn snapshot(
+        &self,
+        limiter: LimiterSnapshot,
+        breaker: BreakerState,
+        throttled: Duration,
+    ) -> StatsSnapshot {
         let (latency_p50_ms, latency_p99_ms) = {
             let latencies = self.latencies.lock().expect("stats lock");
             (latencies.ms_at(0.5), latencies.ms_at(0.99))
@@ -193,7 +194,7 @@ impl Stats {
                 .iter()
                 .map(|(at, limit)| ((at.as_secs_f64() * 1000.0).round() / 1000.0, *limit))
                 .collect(),
-            throttled_seconds: self.throttled_us.load(Relaxed) as f64 / 1e6,
+            throttled_seconds: throttled.as_secs_f64(),
             breaker: breaker.name(),
             latency_p50_ms,
             latency_p99_ms,

@@ -1,0 +1,434 @@
+//! The adaptive concurrency limit of one endpoint: how many requests may be
+//! on the wire at once. It reads two signals, as TCP Vegas and Netflix's
+//! Gradient2 do: losses (429/503/529, a request that found no room in the
+//! server's queue) and the round trip measured against a no-load estimate
+//! (a server that queues instead of refusing answers later and later).
+//!
+//! Answers are judged by window: the requests sent during one smoothed round
+//! trip, looked at once they are back. A decision changes the limit at most
+//! once per window, and the requests sent before a change are not judged
+//! again, so a burst of rejections from one window cuts only once.
+//!
+//! - Slow start: while the limit is reached, every answer adds two slots (the
+//!   limit triples per round trip: 4 → 12 → 36 in two round trips), until the
+//!   first loss or queueing.
+//! - Losses beyond the endpoint's usual share (see below) cut the limit by the
+//!   share of requests that were refused (between 10 % and half), never below
+//!   a learned floor unless the floor itself was already reached.
+//! - Losses that do not come from load: after a cut, a window whose loss rate
+//!   did not fall proves the cut useless, so it is undone and the loss rate is
+//!   learned as the endpoint's usual share, which later windows are measured
+//!   against. Random 429s therefore do not ratchet the limit down.
+//! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
+//!   no-load estimate shrinks the limit in proportion, which holds the
+//!   server's queue at about half of what it serves at once.
+//! - Growth after slow start follows TCP BIC: half the distance back to the
+//!   limit of the last cut per round trip, then slow probing beyond it that
+//!   doubles every round trip.
+//!
+//! Nothing here reads a clock: every event carries its instant, so the
+//! controller is tested on simulated time.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Slots an answer adds in slow start while the limit is reached.
+const SLOW_START_GAIN: f64 = 2.0;
+/// Smallest growth per round trip (slots) after slow start.
+const MIN_GROWTH: f64 = 0.1;
+/// A cut for losses takes at least this share off, and at most `MAX_CUT`.
+const MIN_CUT: f64 = 0.1;
+const MAX_CUT: f64 = 0.5;
+/// A cut for queueing keeps at least this share of the limit.
+const MAX_QUEUE_CUT: f64 = 0.25;
+/// A round trip up to this many times the no-load one is not queueing.
+const TOLERANCE: f64 = 1.5;
+/// Per window, how far the no-load estimate moves towards a higher mean:
+/// slowly enough that a queue kept short does not teach it, fast enough that
+/// longer prompts are learned within a few hundred round trips.
+const BASE_DRIFT: f64 = 0.005;
+/// Refusing more than this share is never taken for the endpoint's usual
+/// noise: an endpoint that refuses everything is over capacity.
+const MAX_USUAL_LOSS: f64 = 0.5;
+/// Weight of the newest window in the usual loss rate.
+const LOSS_WEIGHT: f64 = 0.2;
+/// Weight of the newest round trip in the smoothed one.
+const RTT_WEIGHT: f64 = 0.1;
+/// A clean window at a limit teaches a floor at this share of it.
+const FLOOR_SHARE: f64 = 0.5;
+/// The window before any round trip has been measured.
+const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
+
+/// What one finished attempt tells the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Success,
+    /// 429/503/529, or no answer in time: the endpoint may be over capacity.
+    Overload,
+    /// Anything else (a 400, a reset): says nothing about capacity.
+    Neutral,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    ok: u32,
+    lost: u32,
+    rtt_sum: f64,
+}
+
+struct Window {
+    start: Instant,
+    tally: Tally,
+}
+
+/// A cut for losses, kept until the next window says whether it helped.
+struct Cut {
+    before: f64,
+    /// Answers a second in the last whole window before the cut.
+    ok_rate_before: f64,
+    slow_start: bool,
+}
+
+impl Cut {
+    /// Whether the cut cost answers. A server with a fixed capacity answers
+    /// as many requests a second after a cut that only trimmed the excess;
+    /// one that refuses at random answers fewer, in proportion to the cut.
+    /// Closer to the latter, the losses were not the load's.
+    fn useless(&self, ok_rate_after: f64, after: f64) -> bool {
+        let if_random = after / self.before.max(1.0);
+        ok_rate_after < self.ok_rate_before * (1.0 + if_random) / 2.0
+    }
+}
+
+pub struct Controller {
+    limit: f64,
+    initial: f64,
+    max: f64,
+    floor: f64,
+    slow_start: bool,
+    /// The limit before the last cut: where BIC growth heads.
+    ceiling: f64,
+    srtt: Option<f64>,
+    base_rtt: Option<f64>,
+    /// The first answers' round trips, until they seed the no-load estimate.
+    seed: (u32, f64),
+    /// The share of attempts lost when load is not the cause.
+    usual_loss: f64,
+    window: Window,
+    /// Answers to requests sent after the window, while it is being answered.
+    next: Tally,
+    /// When the limit last changed, and the answers since to requests sent
+    /// after it and in the current window: losses are judged only on those.
+    last_change: Instant,
+    since_change: Tally,
+    last_saturated: Instant,
+    pending: Option<Cut>,
+    /// Answers a second in the last whole window.
+    ok_rate: Option<f64>,
+    peak: f64,
+    changes: Vec<(Duration, u32)>,
+    started: Instant,
+}
+
+impl Controller {
+    pub fn new(initial: usize, max: usize, now: Instant) -> Self {
+        let max = max.max(1) as f64;
+        let limit = (initial.max(1) as f64).min(max);
+        Self {
+            limit,
+            initial: limit,
+            max,
+            floor: 1.0,
+            slow_start: true,
+            ceiling: max,
+            srtt: None,
+            base_rtt: None,
+            seed: (0, 0.0),
+            usual_loss: 0.0,
+            window: Window {
+                start: now,
+                tally: Tally::default(),
+            },
+            next: Tally::default(),
+            last_change: now,
+            since_change: Tally::default(),
+            last_saturated: now,
+            pending: None,
+            ok_rate: None,
+            peak: limit,
+            changes: vec![(Duration::ZERO, limit as u32)],
+            started: now,
+        }
+    }
+
+    /// Requests allowed in flight.
+    pub fn limit(&self) -> usize {
+        self.limit.floor() as usize
+    }
+
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt.map(Duration::from_secs_f64)
+    }
+
+    pub fn peak(&self) -> u32 {
+        self.peak.floor() as u32
+    }
+
+    /// (time since start, limit) at every change of the whole-number limit.
+    pub fn changes(&self) -> &[(Duration, u32)] {
+        &self.changes
+    }
+
+    /// Every slot was taken at `now`: answers to requests out at that moment
+    /// may grow the limit, since a bigger one would have been used.
+    pub fn saturated(&mut self, now: Instant) {
+        self.last_saturated = now;
+    }
+
+    pub fn on_answer(&mut self, now: Instant, sent_at: Instant, signal: Signal) {
+        let before = self.limit;
+        if signal == Signal::Success {
+            self.on_success(now, sent_at);
+        }
+        self.tally(sent_at, signal, now);
+        // Losses are acted on at once, as the first answers that show them
+        // come back (a refusal is quick): waiting for the window would let
+        // the overshoot run a whole round trip longer.
+        if sent_at >= self.last_change.max(self.window.start) {
+            let t = &mut self.since_change;
+            match signal {
+                Signal::Success => t.ok += 1,
+                Signal::Overload => t.lost += 1,
+                Signal::Neutral => {}
+            }
+            let lost = t.lost;
+            if signal == Signal::Overload && self.overloaded(lost) {
+                self.cut_for_losses(lost);
+                self.changed(now);
+            }
+        }
+        if now >= self.window.start + 2 * self.window_len() {
+            self.close_window(now);
+        }
+        self.note_change(before, now);
+    }
+
+    fn on_success(&mut self, now: Instant, sent_at: Instant) {
+        let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
+        let srtt = match self.srtt {
+            Some(avg) => avg + RTT_WEIGHT * (rtt - avg),
+            None => rtt,
+        };
+        self.srtt = Some(srtt);
+        self.seed_base(rtt);
+        // A round trip growing past the no-load one means a queue is
+        // building: slow start ends at the first such answer (HyStart's
+        // delay signal), and the limit holds while the smoothed one stays up.
+        let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| rtt > TOLERANCE * base);
+        let queue_building = beyond(srtt);
+        if beyond(rtt) && self.slow_start {
+            self.slow_start = false;
+            self.ceiling = self.limit;
+        }
+        if self.last_saturated >= sent_at && !queue_building {
+            self.grow();
+        }
+    }
+
+    /// The mean round trip of the first answers, sent before any load was
+    /// built (as many as the initial limit), is the first no-load estimate.
+    fn seed_base(&mut self, rtt: f64) {
+        if self.base_rtt.is_some() {
+            return;
+        }
+        self.seed.0 += 1;
+        self.seed.1 += rtt;
+        if f64::from(self.seed.0) >= self.initial {
+            self.base_rtt = Some(self.seed.1 / f64::from(self.seed.0));
+        }
+    }
+
+    fn changed(&mut self, now: Instant) {
+        self.last_change = now;
+        self.since_change = Tally::default();
+    }
+
+    fn window_len(&self) -> Duration {
+        self.srtt().unwrap_or(WINDOW_WITHOUT_RTT)
+    }
+
+    fn grow(&mut self) {
+        let per_round_trip = if self.slow_start {
+            SLOW_START_GAIN * self.limit.floor()
+        } else {
+            growth_per_round_trip(self.limit, self.ceiling)
+        };
+        // One answer of the `limit` a round trip brings back.
+        self.limit = (self.limit + per_round_trip / self.limit.floor()).min(self.max);
+    }
+
+    /// Counts the answer in the window its request was sent in, or the one
+    /// after.
+    fn tally(&mut self, sent_at: Instant, signal: Signal, now: Instant) {
+        if sent_at < self.window.start {
+            return;
+        }
+        let tally = if sent_at < self.window.start + self.window_len() {
+            &mut self.window.tally
+        } else {
+            &mut self.next
+        };
+        match signal {
+            Signal::Success => {
+                tally.ok += 1;
+                tally.rtt_sum += now.saturating_duration_since(sent_at).as_secs_f64();
+            }
+            Signal::Overload => tally.lost += 1,
+            Signal::Neutral => {}
+        }
+    }
+
+    fn close_window(&mut self, now: Instant) {
+        let len = self.window_len();
+        let saturated = self.last_saturated >= self.window.start;
+        let tally = std::mem::take(&mut self.window.tally);
+        let next = std::mem::take(&mut self.next);
+        let ok_rate = f64::from(tally.ok) / len.as_secs_f64();
+        // A window sent (in part) before the last change says nothing of it.
+        if self.window.start >= self.last_change && self.judge(tally, saturated, ok_rate) {
+            self.changed(now);
+        }
+        let n = tally.ok + tally.lost;
+        if n > 0 {
+            let loss = f64::from(tally.lost) / f64::from(n);
+            self.usual_loss += LOSS_WEIGHT * (loss.min(MAX_USUAL_LOSS) - self.usual_loss);
+        }
+        self.ok_rate = Some(ok_rate);
+        // Losses are weighed per round trip, not summed over many.
+        self.since_change = Tally::default();
+        if now < self.window.start + 3 * len {
+            self.window.start += len;
+            self.window.tally = next;
+        } else {
+            self.window.start = now;
+        }
+    }
+
+    /// Whether the window changed the limit.
+    fn judge(&mut self, t: Tally, saturated: bool, ok_rate: f64) -> bool {
+        let n = t.ok + t.lost;
+        if n == 0 {
+            return false;
+        }
+        let loss = f64::from(t.lost) / f64::from(n);
+        let mean_rtt = (t.ok > 0).then(|| t.rtt_sum / f64::from(t.ok));
+        let queueing = mean_rtt.and_then(|rtt| self.queueing(rtt));
+        if let Some(cut) = self.pending.take()
+            && cut.useless(ok_rate, self.limit)
+        {
+            self.undo(cut, loss);
+            return true;
+        }
+        let changed = if let Some(ratio) = queueing {
+            self.cut_for_queue(ratio);
+            true
+        } else {
+            if saturated {
+                self.floor = self.floor.max((self.limit * FLOOR_SHARE).floor());
+            }
+            false
+        };
+        changed
+    }
+
+    /// More losses than the usual share explains: beyond two standard
+    /// deviations of it over the requests of a round trip (any loss at all
+    /// while the usual share is nil). Refusals come back before the answers
+    /// sent with them, so the answers so far are no measure.
+    fn overloaded(&self, lost: u32) -> bool {
+        let (n, p) = (self.limit, self.usual_loss);
+        lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
+    }
+
+    /// The round trip's ratio to the no-load one, when it says the server
+    /// queues. Learns the no-load estimate on the way.
+    fn queueing(&mut self, rtt: f64) -> Option<f64> {
+        let base = match self.base_rtt {
+            Some(base) if rtt < base => rtt,
+            Some(base) => base + BASE_DRIFT * (rtt - base),
+            None => rtt,
+        };
+        self.base_rtt = Some(base);
+        let ratio = rtt / base.max(f64::MIN_POSITIVE);
+        (ratio > TOLERANCE).then_some(ratio)
+    }
+
+    /// `lost`: requests refused since the last change. Refusals come back
+    /// first, before the answers sent with them, so their share of the
+    /// limit, not of the answers so far, measures the excess.
+    fn cut_for_losses(&mut self, lost: u32) {
+        // Slow start overshoots by up to its growth of a round trip.
+        let share = if self.slow_start {
+            MAX_CUT
+        } else {
+            (f64::from(lost) / self.limit - self.usual_loss).clamp(MIN_CUT, MAX_CUT)
+        };
+        // Cuts in a row are judged together, against the window before the
+        // first.
+        let first = self.pending.take();
+        if let Some(ok_rate_before) = first.as_ref().map(|c| c.ok_rate_before).or(self.ok_rate) {
+            self.pending = Some(Cut {
+                before: first.as_ref().map_or(self.limit, |c| c.before),
+                ok_rate_before,
+                slow_start: first.as_ref().map_or(self.slow_start, |c| c.slow_start),
+            });
+        }
+        self.slow_start = false;
+        self.ceiling = self.limit;
+        let cut = self.limit * (1.0 - share);
+        if self.limit <= self.floor {
+            // Losses at the floor: the endpoint has less room than it had.
+            self.floor = cut.floor().max(1.0);
+        }
+        self.limit = cut.max(self.floor).max(1.0);
+    }
+
+    /// Shrinks the limit so the round trip comes back to `TOLERANCE` times
+    /// the no-load one: with the server's own concurrency `c`, a limit `l`
+    /// beyond it gives a ratio of `l / c`, so the new limit is `1.5 c`.
+    fn cut_for_queue(&mut self, ratio: f64) {
+        self.slow_start = false;
+        self.limit = (self.limit * (TOLERANCE / ratio).max(MAX_QUEUE_CUT)).max(1.0);
+        self.floor = self.floor.min((self.limit * FLOOR_SHARE).floor().max(1.0));
+        // Growth probes slowly from here rather than heading back.
+        self.ceiling = self.limit;
+    }
+
+    /// The cut did not lower the losses: they are not the load's.
+    fn undo(&mut self, cut: Cut, loss: f64) {
+        self.limit = self.limit.max(cut.before);
+        self.ceiling = self.ceiling.max(cut.before);
+        self.slow_start = cut.slow_start;
+        self.usual_loss = self.usual_loss.max(loss.min(MAX_USUAL_LOSS));
+    }
+
+    fn note_change(&mut self, before: f64, now: Instant) {
+        if self.limit.floor() != before.floor() {
+            self.peak = self.peak.max(self.limit);
+            let at = now.saturating_duration_since(self.started);
+            self.changes.push((at, self.limit.floor() as u32));
+        }
+    }
+}
+
+/// Binary search towards the ceiling, then probing beyond it with a step that
+/// doubles each round trip (the distance covered so far), never more than half
+/// the limit at once.
+fn growth_per_round_trip(limit: f64, ceiling: f64) -> f64 {
+    let step = if limit < ceiling {
+        (ceiling - limit) / 2.0
+    } else {
+        limit - ceiling
+    };
+    step.clamp(MIN_GROWTH, (limit / 2.0).max(MIN_GROWTH))
+}

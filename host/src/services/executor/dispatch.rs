@@ -1,0 +1,154 @@
+//! One attempt over HTTP: the request in the endpoint's shape, its answer
+//! read whole, and what went wrong when it was not.
+
+use super::anthropic;
+use super::retry;
+use super::secrets::Secrets;
+use super::target::Target;
+use crate::config::EndpointKind;
+use std::time::Duration;
+
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+/// Why an attempt got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Refused, reset or broken off.
+    Transport,
+    /// No complete answer within `request_timeout_seconds`.
+    Timeout,
+    /// The answer did not begin within `first_byte_timeout_seconds`.
+    NoFirstByte,
+}
+
+pub struct AttemptFailure {
+    pub message: String,
+    pub kind: FailureKind,
+}
+
+/// How long an attempt may take: to its whole answer, and to the answer's
+/// first byte (the response head), which a queueing server holds back
+/// while the request waits in its queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub total: Duration,
+    pub first_byte: Option<Duration>,
+}
+
+pub struct Dispatch<'a> {
+    pub client: &'a reqwest::Client,
+    pub target: &'a Target,
+    pub kind: EndpointKind,
+    pub secrets: &'a Secrets,
+}
+
+impl Dispatch<'_> {
+    /// Sends `body` once; the answer, or the failure, with the endpoint's
+    /// secrets taken out: an endpoint or a proxy may echo them back.
+    pub async fn attempt(&self, body: &str, timeouts: Timeouts) -> Result<Answer, AttemptFailure> {
+        match self.attempt_raw(body, timeouts).await {
+            Ok(mut answer) => {
+                self.secrets.redact_headers(&mut answer.headers);
+                answer.body = self.secrets.redact(std::mem::take(&mut answer.body));
+                Ok(answer)
+            }
+            Err(mut failure) => {
+                failure.message = self.secrets.redact(std::mem::take(&mut failure.message));
+                Err(failure)
+            }
+        }
+    }
+
+    async fn attempt_raw(&self, body: &str, timeouts: Timeouts) -> Result<Answer, AttemptFailure> {
+        let body = match self.kind {
+            EndpointKind::Anthropic => anthropic::request(body),
+            _ => body.to_string(),
+        };
+        let sent = self
+            .client
+            .post(self.target.url.clone())
+            .headers(self.target.headers.clone())
+            .timeout(timeouts.total)
+            .body(body)
+            .send();
+        let response = match timeouts.first_byte.filter(|f| *f < timeouts.total) {
+            Some(first_byte) => match tokio::time::timeout(first_byte, sent).await {
+                Ok(response) => response,
+                Err(_) => return Err(AttemptFailure::no_first_byte(first_byte)),
+            },
+            None => sent.await,
+        }
+        .map_err(|e| AttemptFailure::from_reqwest(&e, timeouts.total))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.text().await.map_err(|e| {
+            let mut failure = AttemptFailure::from_reqwest(&e, timeouts.total);
+            failure.message = format!("the answer broke off: {}", failure.message);
+            failure
+        })?;
+        let body = match self.kind {
+            EndpointKind::Anthropic if (200..300).contains(&status) => anthropic::answer(&body),
+            _ => body,
+        };
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+impl AttemptFailure {
+    fn from_reqwest(err: &reqwest::Error, timeout: Duration) -> Self {
+        Self {
+            message: describe_transport(err, timeout),
+            kind: if err.is_timeout() {
+                FailureKind::Timeout
+            } else {
+                FailureKind::Transport
+            },
+        }
+    }
+
+    fn no_first_byte(after: Duration) -> Self {
+        Self {
+            message: format!(
+                "no answer began within {} s (first_byte_timeout_seconds): the request \
+                 waited in the endpoint's queue",
+                after.as_secs_f64()
+            ),
+            kind: FailureKind::NoFirstByte,
+        }
+    }
+}
+
+/// What the audit trail and the breaker say of a 2xx that is not JSON.
+pub fn not_json(answer: &Answer) -> String {
+    format!(
+        "HTTP {} with a body that is not JSON: {}",
+        answer.status,
+        retry::body_start(&answer.body)
+    )
+}
+
+/// reqwest's Display hides the cause that tells users what to fix.
+fn describe_transport(err: &reqwest::Error, timeout: Duration) -> String {
+    if err.is_timeout() {
+        return format!(
+            "no answer within {} s (request_timeout_seconds)",
+            timeout.as_secs_f64()
+        );
+    }
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

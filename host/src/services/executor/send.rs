@@ -1,0 +1,303 @@
+//! A request's way through the endpoint: admission, one attempt, what the
+//! attempt tells the limit, the breaker and the figures, what it cost, and
+//! whether to try again.
+
+use super::admission::Admitted;
+use super::breaker::BreakerState;
+use super::controller::Signal;
+use super::dispatch::{Answer, AttemptFailure, FailureKind, Timeouts, not_json};
+use super::retry::{self, RetryCause, RetryPolicy, Verdict};
+use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
+use crate::services::audit::now_ms;
+use crate::services::budget::Hold;
+use std::time::Duration;
+use tokio::time::Instant;
+
+const ROW_DEADLINE_PASSED: &str = "the row's deadline (row_deadline_seconds) passed";
+
+/// One attempt, as it went.
+struct Tried {
+    result: Result<Answer, AttemptFailure>,
+    verdict: Verdict,
+    started: Instant,
+    started_at_ms: i64,
+    latency: Duration,
+}
+
+impl Endpoint {
+    pub(super) async fn send_with_retries(
+        &self,
+        body: &str,
+        row_deadline: Option<Instant>,
+        mut on_attempt: impl FnMut(Attempt<'_>),
+    ) -> Result<Response, CallError> {
+        self.stats.request_started();
+        let tokens = if self.rates.is_limited() {
+            rate::estimate_tokens(body)
+        } else {
+            0
+        };
+        let mut policy = RetryPolicy::new(self.retry_budget(), self.spec.max_retries);
+        let mut first: Option<Instant> = None;
+        let mut attempt = 0u32;
+        loop {
+            let budget_end = first.map(|f| f + self.retry_budget());
+            let wait_deadline = clock::earliest(row_deadline, budget_end);
+            let Some(admitted) = self.admit(body, tokens, wait_deadline, attempt > 0).await else {
+                return self.not_admitted(row_deadline == wait_deadline, attempt, first);
+            };
+            attempt += 1;
+            let Admitted {
+                ticket,
+                permit,
+                hold,
+            } = admitted;
+            let tried = self.try_once(body, row_deadline).await;
+            permit.release(self.signal(tried.verdict));
+            let first_attempt = *first.get_or_insert(tried.started);
+            self.observe(&tried, ticket);
+            let elapsed = first_attempt.elapsed();
+            let wait = policy.wait(tried.verdict, elapsed, row_deadline);
+            let cause = wait.and(tried.verdict.retry_cause());
+            let (tokens_used, cost) = self.settle(body, &tried, hold);
+            on_attempt(Attempt {
+                attempt,
+                status: tried.result.as_ref().ok().map(|a| a.status),
+                body: tried.result.as_ref().ok().map(|a| a.body.as_str()),
+                error: failure_text(&tried),
+                retry_cause: cause.map(RetryCause::name),
+                latency: tried.latency,
+                started_at_ms: tried.started_at_ms,
+                tokens: tokens_used,
+                cost,
+            });
+            if let (Some(wait), Some(cause)) = (wait, cause) {
+                policy.retried(cause, self.breaker.state() == BreakerState::Closed);
+                self.stats.retried(cause);
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let elapsed = first_attempt.elapsed();
+            let ok = tried.verdict == Verdict::Success;
+            let outcome = self.conclude(tried, attempt, elapsed, row_deadline);
+            self.stats.finished(outcome.is_ok() && ok);
+            return outcome;
+        }
+    }
+
+    async fn try_once(&self, body: &str, row_deadline: Option<Instant>) -> Tried {
+        let started = Instant::now();
+        let started_at_ms = now_ms();
+        self.stats.attempt_started();
+        let total = match row_deadline {
+            Some(d) => self
+                .request_timeout()
+                .min(d.saturating_duration_since(started)),
+            None => self.request_timeout(),
+        };
+        let first_byte = self
+            .spec
+            .first_byte_timeout_seconds
+            .map(Duration::from_secs_f64);
+        let result = self
+            .dispatch()
+            .attempt(body, Timeouts { total, first_byte })
+            .await;
+        let latency = started.elapsed();
+        self.stats.attempt_ended(latency);
+        let verdict = match &result {
+            Ok(answer) => retry::classify_status(
+                answer.status,
+                &answer.headers,
+                &answer.body,
+                retry::promises_json(self.spec.kind, &answer.headers),
+            ),
+            Err(failure) => match failure.kind {
+                FailureKind::Timeout => Verdict::Timeout,
+                FailureKind::NoFirstByte => Verdict::Queued,
+                FailureKind::Transport => Verdict::Transient,
+            },
+        };
+        Tried {
+            result,
+            verdict,
+            started,
+            started_at_ms,
+            latency,
+        }
+    }
+
+    /// What an attempt tells the adaptive limit.
+    fn signal(&self, verdict: Verdict) -> Signal {
+        match verdict {
+            _ if !self.spec.adaptive_concurrency => Signal::Neutral,
+            Verdict::Success => Signal::Success,
+            Verdict::Capacity { .. } | Verdict::Timeout | Verdict::Queued => Signal::Overload,
+            Verdict::Transient | Verdict::NotJson | Verdict::Fatal => Signal::Neutral,
+        }
+    }
+
+    /// Tells the breaker and the figures how the attempt went, and follows
+    /// the rate window the answer reports.
+    fn observe(&self, tried: &Tried, ticket: super::breaker::Ticket) {
+        // Capacity answers and a server's queue say the endpoint is busy,
+        // not broken: they never open the breaker.
+        let failure = match (&tried.result, tried.verdict) {
+            (Err(_), Verdict::Queued) => None,
+            (Err(f), _) => Some(f.message.clone()),
+            (Ok(a), Verdict::Transient) => Some(format!("HTTP {}", a.status)),
+            (Ok(a), Verdict::NotJson) => Some(not_json(a)),
+            _ => None,
+        };
+        if let Some(transition) = self.breaker.record(ticket, failure.as_deref()) {
+            self.report(transition);
+        }
+        let Ok(answer) = &tried.result else { return };
+        if matches!(tried.verdict, Verdict::Capacity { .. }) {
+            self.stats.capacity_error();
+        }
+        match rate::window(&answer.headers) {
+            Some(rate::Window::Spent(hold)) => {
+                let hold = hold.min(self.retry_budget());
+                self.limiter.pause_until(Instant::now() + hold);
+                self.limiter.set_min_spacing(Some(hold));
+            }
+            Some(rate::Window::Open) => self.limiter.set_min_spacing(None),
+            None => {}
+        }
+    }
+
+    /// The attempt's tokens and cost, counted and settled against the
+    /// budget's hold.
+    fn settle(
+        &self,
+        body: &str,
+        tried: &Tried,
+        hold: Option<Hold>,
+    ) -> (Option<(u64, u64)>, Option<cost::CallCost>) {
+        let answer = match (&tried.result, tried.verdict) {
+            (Ok(answer), Verdict::Success) => Some(answer),
+            _ => None,
+        };
+        let tokens = answer.and_then(|a| self.usage(&a.body));
+        let cost = answer
+            .zip(self.spec.price.as_ref())
+            .map(|(a, price)| cost::call_cost(price, body, &a.body));
+        if let Some(hold) = hold {
+            self.budget.settle(hold, cost.map_or(0.0, |c| c.usd));
+        }
+        if let Some(cost) = cost {
+            self.stats.cost(cost.usd, cost.estimated);
+        }
+        if let Some((prompt, completion)) = tokens {
+            self.stats.tokens(prompt, completion);
+        }
+        (tokens, cost)
+    }
+
+    fn not_admitted(
+        &self,
+        row_deadline_first: bool,
+        attempts: u32,
+        first: Option<Instant>,
+    ) -> Result<Response, CallError> {
+        self.stats.finished(false);
+        if self.health.stop().is_draining() {
+            return Err(CallError::Transport(
+                "not sent: the run is stopping".to_string(),
+            ));
+        }
+        let spent = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
+        let why = if row_deadline_first {
+            ROW_DEADLINE_PASSED.to_string()
+        } else {
+            format!(
+                "max_capacity_retry_seconds ({} s) ran out",
+                self.spec.max_capacity_retry_seconds
+            )
+        };
+        Err(CallError::DeadlineExceeded(format!(
+            "endpoint `{}`: {why} while waiting for the endpoint (circuit breaker open or \
+             limits reached), after {attempts} attempts in {spent:.1} s",
+            self.name
+        )))
+    }
+
+    fn conclude(
+        &self,
+        tried: Tried,
+        attempts: u32,
+        elapsed: Duration,
+        row_deadline: Option<Instant>,
+    ) -> Result<Response, CallError> {
+        let name = &self.name;
+        let deadline_passed = row_deadline.is_some_and(|d| Instant::now() >= d);
+        let answer = match tried.result {
+            Ok(answer) => answer,
+            Err(failure) if deadline_passed => {
+                return Err(CallError::DeadlineExceeded(format!(
+                    "endpoint `{name}`: {ROW_DEADLINE_PASSED}; last attempt: {} \
+                     (after {attempts} attempts)",
+                    failure.message
+                )));
+            }
+            Err(failure) => {
+                return Err(CallError::Transport(format!(
+                    "endpoint `{name}`: {} (after {attempts} attempts)",
+                    failure.message
+                )));
+            }
+        };
+        let status = answer.status;
+        let response = Response {
+            status,
+            body: answer.body,
+            attempts,
+            latency: elapsed,
+        };
+        match tried.verdict {
+            // An answer that is still not JSON after the retries is handed on
+            // as it came: the guest reads it and fails the row
+            // (`invalid_response` in the built-in `llm`).
+            Verdict::Success | Verdict::NotJson => Ok(response),
+            Verdict::Capacity { retry_after } => Err(CallError::DeadlineExceeded(format!(
+                "endpoint `{name}` was still over capacity (HTTP {status}) after {attempts} \
+                 attempts in {:.1} s; {}{}",
+                elapsed.as_secs_f64(),
+                if deadline_passed {
+                    ROW_DEADLINE_PASSED.to_string()
+                } else {
+                    format!(
+                        "max_capacity_retry_seconds is {} s",
+                        self.spec.max_capacity_retry_seconds
+                    )
+                },
+                asked_to_wait(retry_after)
+            ))),
+            _ => Err(CallError::Status(response)),
+        }
+    }
+}
+
+/// What the audit trail says went wrong with an attempt.
+fn failure_text(tried: &Tried) -> Option<String> {
+    match (&tried.result, tried.verdict) {
+        (Err(f), _) => Some(f.message.clone()),
+        (Ok(a), Verdict::NotJson) => Some(not_json(a)),
+        _ => None,
+    }
+}
+
+/// The wait a last capacity answer asked for, when it was one worth naming:
+/// the reason the request stopped rather than waiting.
+fn asked_to_wait(retry_after: Option<Duration>) -> String {
+    match retry_after {
+        Some(wait) if wait >= weir_formats::http_headers::MAX_WAIT => {
+            "; the endpoint asked to wait a year or more".to_string()
+        }
+        Some(wait) if wait >= Duration::from_secs(1) => {
+            format!("; the endpoint asked to wait {:.0} s", wait.as_secs_f64())
+        }
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,282 @@
+//! The adaptive limit and its slots against simulated servers, on tokio's
+//! paused clock: every run is deterministic and takes no real time, so the
+//! figures asserted are the controller's, not the machine's.
+
+use super::controller::Signal;
+use super::limiter::Limiter;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Clone)]
+enum Server {
+    /// `cap` requests at once, each answered after `latency`; 429 beyond.
+    Capped { cap: usize, latency: Duration },
+    /// Capacity changing at the times given (since start).
+    Steps {
+        steps: Vec<(Duration, usize)>,
+        latency: Duration,
+    },
+    /// Serves `slots` at once and queues the rest, never refusing.
+    Queueing { slots: usize, service: Duration },
+    /// Every `one_in`-th request (by a hash) gets 429, whatever the load.
+    RandomErrors { one_in: u64, latency: Duration },
+}
+
+#[derive(Default)]
+struct Trace {
+    in_flight: usize,
+    queued: usize,
+    /// Time-weighted sum of the queue, and when it last changed.
+    queue_area: f64,
+    queue_since: Option<Instant>,
+    calls: u64,
+    successes: Vec<Instant>,
+}
+
+struct Sim {
+    server: Server,
+    started: Instant,
+    trace: RefCell<Trace>,
+    queue: tokio::sync::Semaphore,
+}
+
+impl Sim {
+    fn new(server: Server) -> Rc<Self> {
+        let slots = match &server {
+            Server::Queueing { slots, .. } => *slots,
+            _ => 0,
+        };
+        Rc::new(Self {
+            server,
+            started: Instant::now(),
+            trace: RefCell::default(),
+            queue: tokio::sync::Semaphore::new(slots),
+        })
+    }
+
+    fn queue_changed(&self, by: isize) {
+        let mut t = self.trace.borrow_mut();
+        let now = Instant::now();
+        if let Some(since) = t.queue_since {
+            t.queue_area += t.queued as f64 * (now - since).as_secs_f64();
+        }
+        t.queue_since = Some(now);
+        t.queued = t.queued.saturating_add_signed(by);
+    }
+
+    async fn call(&self) -> Signal {
+        let n = {
+            let mut t = self.trace.borrow_mut();
+            t.calls += 1;
+            t.in_flight += 1;
+            t.calls
+        };
+        let signal = self.serve(n).await;
+        let mut t = self.trace.borrow_mut();
+        t.in_flight -= 1;
+        if signal == Signal::Success {
+            t.successes.push(Instant::now());
+        }
+        signal
+    }
+
+    async fn serve(&self, n: u64) -> Signal {
+        let in_flight = self.trace.borrow().in_flight;
+        let refuse = Duration::from_millis(1);
+        match &self.server {
+            Server::Capped { cap, latency } => self.capped(*cap, in_flight, *latency).await,
+            Server::Steps { steps, latency } => {
+                let since = Instant::now() - self.started;
+                let cap = steps.iter().rev().find(|(at, _)| *at <= since).unwrap().1;
+                self.capped(cap, in_flight, *latency).await
+            }
+            Server::Queueing { service, .. } => {
+                self.queue_changed(1);
+                let slot = self.queue.acquire().await.unwrap();
+                self.queue_changed(-1);
+                tokio::time::sleep(*service).await;
+                drop(slot);
+                Signal::Success
+            }
+            Server::RandomErrors { one_in, latency } => {
+                let refused = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % one_in == 0;
+                tokio::time::sleep(if refused { refuse } else { *latency }).await;
+                if refused {
+                    Signal::Overload
+                } else {
+                    Signal::Success
+                }
+            }
+        }
+    }
+
+    async fn capped(&self, cap: usize, in_flight: usize, latency: Duration) -> Signal {
+        if in_flight > cap {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            return Signal::Overload;
+        }
+        tokio::time::sleep(latency).await;
+        Signal::Success
+    }
+
+    /// Answers per second between `from` and `to` after the start.
+    fn goodput(&self, from: f64, to: f64) -> f64 {
+        let t = self.trace.borrow();
+        let n = t
+            .successes
+            .iter()
+            .map(|at| (*at - self.started).as_secs_f64())
+            .filter(|s| *s >= from && *s < to)
+            .count();
+        n as f64 / (to - from)
+    }
+
+    fn calls_per_success(&self) -> f64 {
+        let t = self.trace.borrow();
+        t.calls as f64 / t.successes.len() as f64
+    }
+
+    fn mean_queue(&self, over: Duration) -> f64 {
+        self.queue_changed(0);
+        self.trace.borrow().queue_area / over.as_secs_f64()
+    }
+
+    /// The first second-long stretch from `at` on that served at least
+    /// `share` of `capacity`, as seconds after `at`.
+    fn recovery(&self, at: f64, capacity: f64, share: f64) -> Option<f64> {
+        (0..100)
+            .map(|tenth| at + f64::from(tenth) / 10.0)
+            .find(|from| self.goodput(*from, from + 1.0) >= share * capacity)
+            .map(|from| from - at)
+    }
+}
+
+/// `workers` rows send requests for `run` of simulated time, retrying
+/// capacity answers after a growing back-off, through one endpoint's slots.
+async fn drive(sim: &Rc<Sim>, pool: usize, workers: usize, run: Duration) -> Rc<Limiter> {
+    let limiter = Rc::new(Limiter::new(4, pool));
+    let end = sim.started + run;
+    let local = tokio::task::LocalSet::new();
+    for _ in 0..workers {
+        let (sim, limiter) = (Rc::clone(sim), Rc::clone(&limiter));
+        local.spawn_local(async move {
+            while Instant::now() < end {
+                let mut retries = 0u32;
+                loop {
+                    let permit = limiter.acquire(None, retries > 0).await.unwrap();
+                    let signal = sim.call().await;
+                    permit.release(signal);
+                    if signal == Signal::Success || Instant::now() >= end {
+                        break;
+                    }
+                    let backoff = Duration::from_millis(75) * (1 << retries.min(7));
+                    tokio::time::sleep(backoff).await;
+                    retries += 1;
+                }
+            }
+        });
+    }
+    local.await;
+    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+        eprintln!("{:?}", limiter.snapshot().samples);
+    }
+    limiter
+}
+
+const LATENCY: Duration = Duration::from_millis(100);
+
+#[tokio::test(start_paused = true)]
+async fn a_capped_server_is_used_to_its_capacity_with_few_rejections() {
+    let sim = Sim::new(Server::Capped {
+        cap: 32,
+        latency: LATENCY,
+    });
+    drive(&sim, 256, 256, Duration::from_secs(30)).await;
+    let capacity = 320.0;
+    let steady = sim.goodput(2.0, 30.0);
+    assert!(steady >= 0.95 * capacity, "steady goodput {steady:.0}/s");
+    let whole = sim.goodput(0.0, 30.0);
+    assert!(whole >= 0.93 * capacity, "whole-run goodput {whole:.0}/s");
+    let calls = sim.calls_per_success();
+    assert!(calls <= 1.05, "{calls:.3} calls per answer");
+    // Slow start: from 4 to the capacity within about two round trips.
+    let early = sim.recovery(0.0, capacity, 0.9).unwrap();
+    eprintln!(
+        "capped: steady {steady:.0}/s, whole {whole:.0}/s of {capacity}, {calls:.3} calls/answer, 90 % after {early:.1} s"
+    );
+    assert!(early <= 0.4, "90 % of capacity only after {early:.1} s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queueing_server_gets_a_short_queue_at_full_throughput() {
+    let sim = Sim::new(Server::Queueing {
+        slots: 8,
+        service: Duration::from_millis(200),
+    });
+    let run = Duration::from_secs(30);
+    let limiter = drive(&sim, 256, 256, run).await;
+    let capacity = 40.0;
+    let steady = sim.goodput(2.0, 30.0);
+    assert!(steady >= 0.9 * capacity, "goodput {steady:.1}/s");
+    let queue = sim.mean_queue(run);
+    assert!(queue <= 8.0, "mean queue {queue:.1}");
+    let limit = limiter.snapshot().limit;
+    eprintln!("queueing: {steady:.1}/s of {capacity}, mean queue {queue:.2}, limit {limit}");
+    assert!((8..=20).contains(&limit), "limit {limit}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn random_rejections_do_not_collapse_the_limit() {
+    let sim = Sim::new(Server::RandomErrors {
+        one_in: 10,
+        latency: LATENCY,
+    });
+    let limiter = drive(&sim, 64, 256, Duration::from_secs(30)).await;
+    // At the best fixed concurrency, 64: a refusal frees its slot at once,
+    // so 64 slots answer 640 a second.
+    let best = 640.0;
+    let steady = sim.goodput(2.0, 30.0);
+    assert!(steady >= 0.9 * best, "goodput {steady:.0}/s");
+    let snapshot = limiter.snapshot();
+    let lowest = snapshot
+        .samples
+        .iter()
+        .filter(|(at, _)| *at >= Duration::from_secs(2))
+        .map(|(_, limit)| *limit)
+        .min()
+        .unwrap_or(snapshot.limit);
+    eprintln!("random: {steady:.0}/s of {best}, lowest limit after 2 s {lowest}");
+    assert!(
+        lowest >= 32,
+        "the limit fell to {lowest}: {:?}",
+        snapshot.samples
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_step_down_and_up_the_limit_follows_within_seconds() {
+    let sim = Sim::new(Server::Steps {
+        steps: vec![
+            (Duration::ZERO, 64),
+            (Duration::from_secs(10), 16),
+            (Duration::from_secs(20), 64),
+        ],
+        latency: LATENCY,
+    });
+    drive(&sim, 128, 256, Duration::from_secs(30)).await;
+    let down = sim.recovery(10.0, 160.0, 0.9).unwrap();
+    assert!(down <= 5.0, "after the step down: {down:.1} s");
+    let up = sim.recovery(20.0, 640.0, 0.9).unwrap();
+    assert!(up <= 5.0, "after the step up: {up:.1} s");
+    let low = sim.goodput(12.0, 20.0);
+    assert!(low >= 0.9 * 160.0, "at 16: {low:.0}/s");
+    let high = sim.goodput(25.0, 30.0);
+    assert!(high >= 0.9 * 640.0, "back at 64: {high:.0}/s");
+    let calls = sim.calls_per_success();
+    eprintln!(
+        "step: down {down:.1} s, up {up:.1} s, at 16 {low:.0}/s, at 64 {high:.0}/s, {calls:.3} calls/answer"
+    );
+    assert!(calls <= 1.1, "{calls:.3} calls per answer");
+}
