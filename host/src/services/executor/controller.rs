@@ -52,6 +52,9 @@ const BASE_DRIFT: f64 = 0.005;
 const MAX_USUAL_LOSS: f64 = 0.5;
 /// Weight of the newest window in the usual loss rate.
 const LOSS_WEIGHT: f64 = 0.2;
+/// Refusals of this share of the limit within a round trip cut again before
+/// the last cut is judged: random errors are rarely that dense.
+const MASSIVE_LOSS: f64 = 0.25;
 /// Weight of the newest round trip in the smoothed one.
 const RTT_WEIGHT: f64 = 0.1;
 /// A clean window at a limit teaches a floor at this share of it.
@@ -84,19 +87,19 @@ struct Window {
 /// A cut for losses, kept until the next window says whether it helped.
 struct Cut {
     before: f64,
-    /// Answers a second in the last whole window before the cut.
-    ok_rate_before: f64,
+    /// The share refused in the last whole window before the cut.
+    loss_before: f64,
     slow_start: bool,
 }
 
 impl Cut {
-    /// Whether the cut cost answers. A server with a fixed capacity answers
-    /// as many requests a second after a cut that only trimmed the excess;
-    /// one that refuses at random answers fewer, in proportion to the cut.
-    /// Closer to the latter, the losses were not the load's.
-    fn useless(&self, ok_rate_after: f64, after: f64) -> bool {
-        let if_random = after / self.before.max(1.0);
-        ok_rate_after < self.ok_rate_before * (1.0 + if_random) / 2.0
+    /// Whether the refusals after the cut look load-independent. Against a
+    /// server with a fixed capacity a cut trims the excess: the share refused
+    /// falls to `1 - (1 - before's share) * before / after`. One that refuses
+    /// at random keeps its share. Closer to the latter, the cut did not help.
+    fn useless(&self, loss_after: f64, after: f64) -> bool {
+        let if_load = (1.0 - (1.0 - self.loss_before) * self.before / after.max(1.0)).max(0.0);
+        self.loss_before > 0.0 && loss_after > (self.loss_before + if_load) / 2.0
     }
 }
 
@@ -123,8 +126,8 @@ pub struct Controller {
     since_change: Tally,
     last_saturated: Instant,
     pending: Option<Cut>,
-    /// Answers a second in the last whole window.
-    ok_rate: Option<f64>,
+    /// The share refused in the last whole window.
+    last_loss: Option<f64>,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -154,7 +157,7 @@ impl Controller {
             since_change: Tally::default(),
             last_saturated: now,
             pending: None,
-            ok_rate: None,
+            last_loss: None,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -202,7 +205,13 @@ impl Controller {
                 Signal::Neutral => {}
             }
             let lost = t.lost;
-            if signal == Signal::Overload && self.overloaded(lost) {
+            // A cut not yet judged is not cut again, since whether it helped
+            // decides what the refusals were, unless they are massive.
+            let massive = f64::from(lost) > MASSIVE_LOSS * self.limit;
+            if signal == Signal::Overload
+                && (self.pending.is_none() || massive)
+                && self.overloaded(lost)
+            {
                 self.cut_for_losses(lost);
                 self.changed(now);
             }
@@ -293,17 +302,20 @@ impl Controller {
         let saturated = self.last_saturated >= self.window.start;
         let tally = std::mem::take(&mut self.window.tally);
         let next = std::mem::take(&mut self.next);
-        let ok_rate = f64::from(tally.ok) / len.as_secs_f64();
         // A window sent (in part) before the last change says nothing of it.
-        if self.window.start >= self.last_change && self.judge(tally, saturated, ok_rate) {
+        if self.window.start >= self.last_change && self.judge(tally, saturated) {
             self.changed(now);
         }
+        // The usual share rises only on proof (an undone cut), since load
+        // makes refusals too; it falls with every quieter window.
         let n = tally.ok + tally.lost;
         if n > 0 {
             let loss = f64::from(tally.lost) / f64::from(n);
-            self.usual_loss += LOSS_WEIGHT * (loss.min(MAX_USUAL_LOSS) - self.usual_loss);
+            self.last_loss = Some(loss);
+            if loss < self.usual_loss {
+                self.usual_loss += LOSS_WEIGHT * (loss - self.usual_loss);
+            }
         }
-        self.ok_rate = Some(ok_rate);
         // Losses are weighed per round trip, not summed over many.
         self.since_change = Tally::default();
         if now < self.window.start + 3 * len {
@@ -315,7 +327,7 @@ impl Controller {
     }
 
     /// Whether the window changed the limit.
-    fn judge(&mut self, t: Tally, saturated: bool, ok_rate: f64) -> bool {
+    fn judge(&mut self, t: Tally, saturated: bool) -> bool {
         let n = t.ok + t.lost;
         if n == 0 {
             return false;
@@ -324,7 +336,7 @@ impl Controller {
         let mean_rtt = (t.ok > 0).then(|| t.rtt_sum / f64::from(t.ok));
         let queueing = mean_rtt.and_then(|rtt| self.queueing(rtt));
         if let Some(cut) = self.pending.take()
-            && cut.useless(ok_rate, self.limit)
+            && cut.useless(loss, self.limit)
         {
             self.undo(cut, loss);
             return true;
@@ -365,21 +377,23 @@ impl Controller {
 
     /// `lost`: requests refused since the last change. Refusals come back
     /// first, before the answers sent with them, so their share of the
-    /// limit, not of the answers so far, measures the excess.
+    /// limit (or of the last whole window), not of the answers so far,
+    /// measures the excess.
     fn cut_for_losses(&mut self, lost: u32) {
         // Slow start overshoots by up to its growth of a round trip.
         let share = if self.slow_start {
             MAX_CUT
         } else {
-            (f64::from(lost) / self.limit - self.usual_loss).clamp(MIN_CUT, MAX_CUT)
+            let share = (f64::from(lost) / self.limit).max(self.last_loss.unwrap_or(0.0));
+            (share - self.usual_loss).clamp(MIN_CUT, MAX_CUT)
         };
         // Cuts in a row are judged together, against the window before the
         // first.
         let first = self.pending.take();
-        if let Some(ok_rate_before) = first.as_ref().map(|c| c.ok_rate_before).or(self.ok_rate) {
+        if let Some(loss_before) = first.as_ref().map(|c| c.loss_before).or(self.last_loss) {
             self.pending = Some(Cut {
                 before: first.as_ref().map_or(self.limit, |c| c.before),
-                ok_rate_before,
+                loss_before,
                 slow_start: first.as_ref().map_or(self.slow_start, |c| c.slow_start),
             });
         }
