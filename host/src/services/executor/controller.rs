@@ -43,6 +43,9 @@ const MAX_CUT: f64 = 0.5;
 const MAX_QUEUE_CUT: f64 = 0.25;
 /// A round trip up to this many times the no-load one is not queueing.
 const TOLERANCE: f64 = 1.5;
+/// Nor is one less than this (seconds) above it: against a server that
+/// answers in a millisecond, the host's own scheduling is all the variation.
+const RTT_NOISE: f64 = 0.02;
 /// Per window, how far the no-load estimate moves towards a higher mean:
 /// slowly enough that a queue kept short does not teach it, fast enough that
 /// longer prompts are learned within a few hundred round trips.
@@ -55,6 +58,8 @@ const LOSS_WEIGHT: f64 = 0.2;
 /// Refusals of this share of the limit within a round trip cut again before
 /// the last cut is judged: random errors are rarely that dense.
 const MASSIVE_LOSS: f64 = 0.25;
+/// Answers after a cut needed to judge it: fewer say nothing of a share.
+const MIN_JUDGED: u32 = 8;
 /// Weight of the newest round trip in the smoothed one.
 const RTT_WEIGHT: f64 = 0.1;
 /// A clean window at a limit teaches a floor at this share of it.
@@ -124,6 +129,8 @@ pub struct Controller {
     /// after it and in the current window: losses are judged only on those.
     last_change: Instant,
     since_change: Tally,
+    /// Answers to requests sent since the pending cut, until enough judge it.
+    since_cut: Tally,
     last_saturated: Instant,
     pending: Option<Cut>,
     /// The share refused in the last whole window.
@@ -155,6 +162,7 @@ impl Controller {
             next: Tally::default(),
             last_change: now,
             since_change: Tally::default(),
+            since_cut: Tally::default(),
             last_saturated: now,
             pending: None,
             last_loss: None,
@@ -197,14 +205,12 @@ impl Controller {
         // Losses are acted on at once, as the first answers that show them
         // come back (a refusal is quick): waiting for the window would let
         // the overshoot run a whole round trip longer.
+        if self.pending.is_some() && sent_at >= self.last_change {
+            count(&mut self.since_cut, signal);
+        }
         if sent_at >= self.last_change.max(self.window.start) {
-            let t = &mut self.since_change;
-            match signal {
-                Signal::Success => t.ok += 1,
-                Signal::Overload => t.lost += 1,
-                Signal::Neutral => {}
-            }
-            let lost = t.lost;
+            count(&mut self.since_change, signal);
+            let lost = self.since_change.lost;
             // A cut not yet judged is not cut again, since whether it helped
             // decides what the refusals were, unless they are massive.
             let massive = f64::from(lost) > MASSIVE_LOSS * self.limit;
@@ -233,7 +239,7 @@ impl Controller {
         // A round trip growing past the no-load one means a queue is
         // building: slow start ends at the first such answer (HyStart's
         // delay signal), and the limit holds while the smoothed one stays up.
-        let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| rtt > TOLERANCE * base);
+        let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
         if beyond(rtt) && self.slow_start {
             self.slow_start = false;
@@ -260,6 +266,7 @@ impl Controller {
     fn changed(&mut self, now: Instant) {
         self.last_change = now;
         self.since_change = Tally::default();
+        self.since_cut = Tally::default();
     }
 
     fn window_len(&self) -> Duration {
@@ -332,14 +339,17 @@ impl Controller {
         if n == 0 {
             return false;
         }
-        let loss = f64::from(t.lost) / f64::from(n);
         let mean_rtt = (t.ok > 0).then(|| t.rtt_sum / f64::from(t.ok));
         let queueing = mean_rtt.and_then(|rtt| self.queueing(rtt));
-        if let Some(cut) = self.pending.take()
-            && cut.useless(loss, self.limit)
-        {
-            self.undo(cut, loss);
-            return true;
+        if self.pending.is_some() && self.since_cut.ok + self.since_cut.lost >= MIN_JUDGED {
+            let after = std::mem::take(&mut self.since_cut);
+            let loss = f64::from(after.lost) / f64::from(after.ok + after.lost);
+            if let Some(cut) = self.pending.take()
+                && cut.useless(loss, self.limit)
+            {
+                self.undo(cut, loss);
+                return true;
+            }
         }
         let changed = if let Some(ratio) = queueing {
             self.cut_for_queue(ratio);
@@ -371,8 +381,7 @@ impl Controller {
             None => rtt,
         };
         self.base_rtt = Some(base);
-        let ratio = rtt / base.max(f64::MIN_POSITIVE);
-        (ratio > TOLERANCE).then_some(ratio)
+        queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }
 
     /// `lost`: requests refused since the last change. Refusals come back
@@ -432,6 +441,19 @@ impl Controller {
             let at = now.saturating_duration_since(self.started);
             self.changes.push((at, self.limit.floor() as u32));
         }
+    }
+}
+
+/// Whether a round trip of `rtt` says requests wait in the server's queue.
+fn queued(rtt: f64, base: f64) -> bool {
+    rtt > (TOLERANCE * base).max(base + RTT_NOISE)
+}
+
+fn count(tally: &mut Tally, signal: Signal) {
+    match signal {
+        Signal::Success => tally.ok += 1,
+        Signal::Overload => tally.lost += 1,
+        Signal::Neutral => {}
     }
 }
 
