@@ -351,16 +351,14 @@ impl Controller {
                 return true;
             }
         }
-        let changed = if let Some(ratio) = queueing {
+        if let Some(ratio) = queueing {
             self.cut_for_queue(ratio);
-            true
-        } else {
-            if saturated {
-                self.floor = self.floor.max((self.limit * FLOOR_SHARE).floor());
-            }
-            false
-        };
-        changed
+            return true;
+        }
+        if saturated {
+            self.floor = self.floor.max((self.limit * FLOOR_SHARE).floor());
+        }
+        false
     }
 
     /// More losses than the usual share explains: beyond two standard

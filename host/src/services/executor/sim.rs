@@ -101,7 +101,10 @@ impl Sim {
                 Signal::Success
             }
             Server::RandomErrors { one_in, latency } => {
-                let refused = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % one_in == 0;
+                let refused = n
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .rotate_left(29)
+                    .is_multiple_of(*one_in);
                 tokio::time::sleep(if refused { refuse } else { *latency }).await;
                 if refused {
                     Signal::Overload
