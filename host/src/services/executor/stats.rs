@@ -213,7 +213,11 @@ mod tests {
             stats.attempt_started();
             stats.attempt_ended(latency);
         }
-        let snapshot = stats.snapshot(LimiterSnapshot::default(), BreakerState::Closed);
+        let snapshot = stats.snapshot(
+            LimiterSnapshot::default(),
+            BreakerState::Closed,
+            Duration::ZERO,
+        );
         (snapshot.latency_p50_ms, snapshot.latency_p99_ms)
     }
 
