@@ -88,9 +88,9 @@ fn recorded_answers(db: &std::path::Path) -> HashSet<String> {
         return HashSet::new();
     };
     let Ok(mut stmt) = conn.prepare(
-        "SELECT c.request_sha256 FROM calls c WHERE c.status BETWEEN 200 AND 299
-         AND EXISTS (SELECT 1 FROM payloads p WHERE p.run_id = c.run_id
-                     AND p.sha256 = c.response_sha256)",
+        "SELECT lower(hex(c.request_sha256)) FROM calls c WHERE c.status BETWEEN 200 AND 299
+         AND EXISTS (SELECT 1 FROM row_payloads p WHERE p.run_id = c.run_id
+                     AND p.row_index = c.row_index)",
     ) else {
         return HashSet::new();
     };

@@ -29,6 +29,7 @@ const TABLES: &[&str] = &[
     "batch_members",
     "row_outcomes",
     "payloads",
+    "row_payloads",
     "endpoint_events",
 ];
 
@@ -218,6 +219,15 @@ fn copy_rows(
     run_id: Option<i64>,
     (states, batches, segments): (i64, i64, i64),
 ) -> Result<()> {
+    // A part written before schema 7 has no `row_payloads`.
+    let in_part: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM part.sqlite_master WHERE type = 'table' AND name = ?1",
+        [table],
+        |r| r.get(0),
+    )?;
+    if !in_part {
+        return Ok(());
+    }
     let columns: Vec<String> = conn
         .prepare(&format!("PRAGMA main.table_info({table})"))?
         .query_map([], |r| r.get(1))?
@@ -230,6 +240,13 @@ fn copy_rows(
             ("state_id", _) => format!("state_id + {states}"),
             ("batch_id", _) => format!("batch_id + {batches}"),
             ("segment", _) => format!("segment + {segments}"),
+            // A part written by a weir before schema 7 holds hashes as hex.
+            (
+                "content_sha256" | "input_sha256" | "output_sha256" | "request_sha256"
+                | "response_sha256" | "sha256",
+                _,
+            ) => audit::hex_to_blob_sql(c),
+            ("value", _) if table == "node_state_attributes" => audit::hex_to_blob_sql(c),
             (other, _) => other.to_string(),
         })
         .collect();

@@ -520,7 +520,7 @@ fn read_source(
             }
             if let Some(audit) = &audit {
                 if let Some(content) = content {
-                    audit.payload(&content_sha256, || content);
+                    audit.payload(index, &content_sha256, || content);
                 }
                 audit.record(Record::Row(RowRecord {
                     row_index: index,

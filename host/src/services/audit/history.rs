@@ -2,6 +2,7 @@
 //! row's whole story.
 
 use super::records::SinkPaths;
+use super::stored::{self, HashText};
 use super::{OLDEST_READABLE_VERSION, SCHEMA_VERSION, lock::RunLock};
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -11,6 +12,9 @@ use std::path::{Path, PathBuf};
 pub struct History {
     conn: Connection,
     path: PathBuf,
+    /// Schema 7 and later keep bodies by row, and hashes as their bytes; a
+    /// database read as it is from before has neither.
+    schema_7: bool,
 }
 
 pub struct RunInfo {
@@ -136,6 +140,7 @@ impl History {
         Ok(Self {
             conn,
             path: path.to_path_buf(),
+            schema_7: version >= 7,
         })
     }
 
@@ -220,7 +225,7 @@ impl History {
             .query_row(
                 "SELECT source_line, content_sha256 FROM rows WHERE run_id = ?1 AND row_index = ?2",
                 params![run_id, row_index],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get::<_, HashText>(1)?.0)),
             )
             .optional()?;
         let Some((source_line, content_sha256)) = found else {
@@ -230,7 +235,7 @@ impl History {
             );
         };
         Ok(RowStory {
-            content: self.payload(run_id, &content_sha256)?,
+            content: self.payload(run_id, row_index, &content_sha256)?,
             states: self.states(run_id, row_index)?,
             outcome: self.outcome(run_id, row_index)?,
             run,
@@ -287,13 +292,16 @@ impl History {
         )?)
     }
 
-    /// A kept body, by its hash; None when payloads were off or purged.
-    pub fn payload(&self, run_id: i64, sha256: &str) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .prepare_cached("SELECT body FROM payloads WHERE run_id = ?1 AND sha256 = ?2")?
-            .query_row(params![run_id, sha256], |r| r.get(0))
-            .optional()?)
+    /// A body row `row_index` kept, by its hash; None when payloads were off
+    /// or purged.
+    pub fn payload(&self, run_id: i64, row_index: u64, sha256: &str) -> Result<Option<String>> {
+        Ok(stored::body(
+            &self.conn,
+            run_id,
+            row_index,
+            sha256,
+            self.schema_7,
+        )?)
     }
 
     fn node_name(&self, run_id: i64, node_id: usize) -> Result<String> {
@@ -341,8 +349,8 @@ impl History {
                 |r| {
                     let finished = FinishedState {
                         status: r.get(0)?,
-                        input_sha256: r.get(1)?,
-                        output_sha256: r.get(2)?,
+                        input_sha256: r.get::<_, HashText>(1)?.0,
+                        output_sha256: r.get::<_, Option<HashText>>(2)?.map(|h| h.0),
                         output: None,
                         error_code: r.get(3)?,
                         error_message: r.get(4)?,
@@ -355,7 +363,7 @@ impl History {
         let (finished, segment, batch) = match found {
             Some((mut finished, segment, batch_id)) => {
                 if let Some(sha) = &finished.output_sha256 {
-                    finished.output = self.payload(run_id, sha)?;
+                    finished.output = self.payload(run_id, row_index, sha)?;
                 }
                 let batch = match batch_id {
                     Some(id) => Some(self.batch(run_id, id)?),
@@ -371,7 +379,9 @@ impl History {
                 "SELECT key, value FROM node_state_attributes WHERE run_id = ?1 AND state_id = ?2
                  ORDER BY key",
             )?
-            .query_map(params![run_id, state_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .query_map(params![run_id, state_id], |r| {
+                Ok((r.get(0)?, r.get::<_, HashText>(1)?.0))
+            })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(StateStory {
             state_id,
@@ -440,9 +450,9 @@ impl History {
                     latency_ms: r.get(7)?,
                     tokens: prompt.zip(completion),
                     replayed: r.get(10)?,
-                    request_sha256: r.get(11)?,
+                    request_sha256: r.get::<_, HashText>(11)?.0,
                     request: None,
-                    response_sha256: r.get(12)?,
+                    response_sha256: r.get::<_, Option<HashText>>(12)?.map(|h| h.0),
                     response: None,
                     provider_batch: r.get(13)?,
                 })
@@ -451,9 +461,9 @@ impl History {
         calls
             .into_iter()
             .map(|mut call| {
-                call.request = self.payload(run_id, &call.request_sha256)?;
+                call.request = self.payload(run_id, row_index, &call.request_sha256)?;
                 if let Some(sha) = &call.response_sha256 {
-                    call.response = self.payload(run_id, sha)?;
+                    call.response = self.payload(run_id, row_index, sha)?;
                 }
                 Ok(call)
             })
@@ -508,7 +518,22 @@ impl History {
         drop(history);
         let conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
-        let deleted = conn.execute("DELETE FROM payloads WHERE run_id = ?1", [run_id])?;
+        let tx = conn.unchecked_transaction()?;
+        let by_row: bool = tx.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'row_payloads'",
+            [],
+            |r| r.get(0),
+        )?;
+        let deleted = if by_row {
+            // A part holds several bodies: they are counted, not its rows.
+            let count = stored::bodies(&tx, run_id)?.len();
+            tx.execute("DELETE FROM row_payloads WHERE run_id = ?1", [run_id])?;
+            tx.execute("DELETE FROM payloads WHERE run_id = ?1", [run_id])?;
+            count
+        } else {
+            tx.execute("DELETE FROM payloads WHERE run_id = ?1", [run_id])?
+        };
+        tx.commit()?;
         Ok(deleted)
     }
 }

@@ -6,6 +6,7 @@ mod lock;
 mod records;
 mod replay;
 mod resume;
+mod stored;
 mod writer;
 
 pub use history::{
@@ -15,6 +16,7 @@ pub use lock::RunLock;
 pub use records::*;
 pub use replay::Replay;
 pub use resume::{RecordedRun, RecordedSource, ResumePoint};
+pub use stored::{bodies as payload_bodies, hex_to_blob_sql};
 pub use writer::Totals;
 
 use crate::io::FileStamp;
@@ -212,11 +214,12 @@ impl AuditLog {
         .ok()
     }
 
-    /// Keeps `body` under `sha256` when the run keeps payloads; `body` is
-    /// only built then.
-    pub fn payload(&self, sha256: &str, body: impl FnOnce() -> String) {
+    /// Keeps `body` under `sha256` with row `row_index` when the run keeps
+    /// payloads; `body` is only built then.
+    pub fn payload(&self, row_index: u64, sha256: &str, body: impl FnOnce() -> String) {
         if self.scope.payloads {
             self.record(Record::Payload(PayloadRecord {
+                row_index,
                 sha256: sha256.to_string(),
                 body: body(),
             }));
@@ -315,7 +318,7 @@ pub fn open_database(path: &Path) -> Result<Connection> {
 
 /// Bumped whenever `schema.sql` changes shape; `MIGRATIONS` takes a database
 /// of an earlier version to it.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The oldest schema a run can upgrade (`MIGRATIONS` starts there).
 pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
@@ -324,8 +327,29 @@ pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
 /// upgrading it: every column they read was there by then.
 pub const OLDEST_READABLE_VERSION: i64 = 4;
 
-/// What takes a database from version N to N + 1, by N. Each only adds:
-/// what an older weir wrote stays as it was.
+/// `column` as a SHA-256's 32 bytes when it holds one as lowercase hex, else
+/// as it is: the form `stored::Hash` writes.
+macro_rules! sha256_bytes {
+    ($column:literal) => {
+        concat!(
+            $column,
+            " = CASE WHEN typeof(",
+            $column,
+            ") = 'text' AND length(",
+            $column,
+            ") = 64 AND NOT ",
+            $column,
+            " GLOB '*[^0-9a-f]*' THEN unhex(",
+            $column,
+            ") ELSE ",
+            $column,
+            " END"
+        )
+    };
+}
+
+/// What takes a database from version N to N + 1, by N. Up to 6 each only
+/// adds: what an older weir wrote stays as it was.
 const MIGRATIONS: &[(i64, &str)] = &[
     (
         3,
@@ -343,6 +367,34 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     // The Batch API tables are new; schema.sql creates them.
     (5, "ALTER TABLE calls ADD COLUMN provider_batch TEXT;"),
+    // Hashes the tables hold per row become their 32 bytes, so that one
+    // run's rows, written before and after, join and look up alike. Bodies
+    // kept before stay in `payloads` as they were, under the hash's bytes;
+    // `row_payloads` (new; schema.sql creates it) keeps those written since.
+    (
+        6,
+        concat!(
+            "UPDATE rows SET ",
+            sha256_bytes!("content_sha256"),
+            ";",
+            "UPDATE node_states SET ",
+            sha256_bytes!("input_sha256"),
+            ", ",
+            sha256_bytes!("output_sha256"),
+            ";",
+            "UPDATE node_state_attributes SET ",
+            sha256_bytes!("value"),
+            ";",
+            "UPDATE calls SET ",
+            sha256_bytes!("request_sha256"),
+            ", ",
+            sha256_bytes!("response_sha256"),
+            ";",
+            "UPDATE payloads SET ",
+            sha256_bytes!("sha256"),
+            ";"
+        ),
+    ),
 ];
 
 /// Brings a database made by an earlier weir up to this schema, one version
@@ -564,6 +616,165 @@ mod tests {
         assert_eq!(version, 2);
     }
 
+    const ROW: &str = r#"{"id":"0","text":"fine"}"#;
+    const REQUEST: &str = r#"{"model":"m","messages":[{"role":"user","content":"fine"}]}"#;
+    const RESPONSE: &str = r#"{"choices":[{"message":{"content":"positive"}}]}"#;
+
+    /// A run killed after its row 0 went through node 0 with one call.
+    fn killed_run(path: &Path) {
+        let log = AuditLog::create(path, new_run(), true).unwrap();
+        log.start_segment(0, stamp());
+        let row_sha = crate::hashing::json_text_sha256(ROW);
+        log.payload(0, &row_sha, || ROW.into());
+        log.record(Record::Row(RowRecord {
+            row_index: 0,
+            source_line: 2,
+            content_sha256: row_sha,
+        }));
+        log.record(Record::Call(CallRecord {
+            state_id: 1,
+            row_index: 0,
+            node_id: 0,
+            call_index: 0,
+            endpoint: "llm".into(),
+            request_index: 0,
+            attempt: 1,
+            request: Json::Text(REQUEST.into()),
+            response: Some(Json::Text(RESPONSE.into())),
+            status: Some(200),
+            error: None,
+            retry_cause: None,
+            latency_ms: 5,
+            prompt_tokens: Some(1),
+            completion_tokens: Some(1),
+            started_at_ms: 1,
+            replayed: false,
+            cost: None,
+            cached: false,
+            provider_batch: None,
+        }));
+        log.record(Record::NodeState(NodeStateRecord {
+            state_id: 1,
+            row_index: 0,
+            node_id: 0,
+            attempt: 1,
+            status: "completed",
+            input: Json::Array(vec![ROW.into()]),
+            output: Some(Json::Array(vec![ROW.into()])),
+            error_code: None,
+            error_message: None,
+            batch_id: None,
+            started_at_ms: 1,
+            duration_ms: 5,
+        }));
+        let template = "50c9720e0a3763e1b350aaec6a51ad00d13bdaa04ad019b3033a14260a492ce9";
+        log.record(Record::Attribute(AttributeRecord {
+            state_id: 1,
+            key: "template_hash".into(),
+            value: template.into(),
+        }));
+        drop(log);
+    }
+
+    #[test]
+    fn bodies_kept_by_row_read_back_in_explain_and_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        killed_run(&path);
+        let conn = Connection::open(&path).unwrap();
+        let (parts, kinds): (i64, String) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM row_payloads),
+                        typeof(content_sha256) || (SELECT typeof(value) FROM node_state_attributes)
+                 FROM rows",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        // Written in one transaction, the row's bodies are one part.
+        assert_eq!((parts, kinds.as_str()), (1, "blobblob"));
+        drop(conn);
+
+        let story = History::open(&path).unwrap().row(1, 0).unwrap();
+        assert_eq!(story.content_sha256, crate::hashing::json_text_sha256(ROW));
+        assert_eq!(story.content.as_deref(), Some(ROW));
+        let state = &story.states[0];
+        assert_eq!(
+            state.finished.as_ref().unwrap().output.as_deref(),
+            Some(&*format!("[{ROW}]"))
+        );
+        assert_eq!(state.attributes[0].1.len(), 64);
+        assert_eq!(state.calls[0].request.as_deref(), Some(REQUEST));
+        assert_eq!(state.calls[0].response.as_deref(), Some(RESPONSE));
+
+        let (log, point) = AuditLog::resume(&path, None, "/p.yaml", true).unwrap();
+        assert_eq!(point.row_hashes[&0], story.content_sha256);
+        let request_sha = crate::hashing::json_text_sha256(REQUEST);
+        let answer = log.replay().unwrap().answer(0, 0, "llm", &request_sha);
+        assert_eq!(answer.map(|(_, body)| body).as_deref(), Some(RESPONSE));
+        drop(log);
+        assert_eq!(History::purge(&path, 1).unwrap(), 4);
+        let story = History::open(&path).unwrap().row(1, 0).unwrap();
+        assert!(story.content.is_none());
+    }
+
+    #[test]
+    fn a_version_6_database_is_read_as_it_is_then_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        killed_run(&path);
+        // As weir 6 wrote it: hashes as hex, each body under its hash.
+        let conn = Connection::open(&path).unwrap();
+        let hex = |c: &str| format!("{c} = lower(hex({c}))");
+        conn.execute_batch(&format!(
+            "UPDATE rows SET {};
+             UPDATE node_states SET {}, {};
+             UPDATE node_state_attributes SET {};
+             UPDATE calls SET {}, {};
+             DROP TABLE row_payloads;
+             INSERT INTO payloads VALUES
+                 (1, '{}', '{ROW}'), (1, '{}', '{RESPONSE}');
+             PRAGMA user_version = 6;",
+            hex("content_sha256"),
+            hex("input_sha256"),
+            hex("output_sha256"),
+            hex("value"),
+            hex("request_sha256"),
+            hex("response_sha256"),
+            crate::hashing::json_text_sha256(ROW),
+            crate::hashing::json_text_sha256(RESPONSE),
+        ))
+        .unwrap();
+        drop(conn);
+
+        let read = || {
+            let story = History::open(&path).unwrap().row(1, 0).unwrap();
+            assert_eq!(story.content.as_deref(), Some(ROW));
+            assert_eq!(story.states[0].calls[0].response.as_deref(), Some(RESPONSE));
+            assert_eq!(story.states[0].attributes[0].1.len(), 64);
+            story.content_sha256
+        };
+        let before = read();
+        let (log, _) = AuditLog::resume(&path, None, "/p.yaml", true).unwrap();
+        let request_sha = crate::hashing::json_text_sha256(REQUEST);
+        let answer = log.replay().unwrap().answer(0, 0, "llm", &request_sha);
+        assert_eq!(answer.map(|(_, body)| body).as_deref(), Some(RESPONSE));
+        drop(log);
+        assert_eq!(read(), before);
+        let conn = Connection::open(&path).unwrap();
+        let (version, kinds): (i64, String) = conn
+            .query_row(
+                "SELECT (SELECT user_version FROM pragma_user_version),
+                        (SELECT typeof(content_sha256) FROM rows)
+                        || (SELECT typeof(request_sha256) || typeof(response_sha256) FROM calls)
+                        || (SELECT typeof(sha256) FROM payloads LIMIT 1)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((version, kinds.as_str()), (7, "blobblobblobblob"));
+    }
+
     fn end() -> RunEnd {
         RunEnd {
             summary_json: "[]".into(),
@@ -585,7 +796,7 @@ mod tests {
                 content_sha256: format!("h{row_index}"),
             }));
         }
-        log.payload("h0", || "kept only with payloads on".into());
+        log.payload(0, "h0", || "kept only with payloads on".into());
         log.record(Record::Commit(CommitRecord {
             outcomes: vec![outcome(0), outcome(2)],
             checkpoints: vec![("out.csv".into(), 42)],
@@ -598,7 +809,7 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         let (status, payloads): (String, i64) = conn
             .query_row(
-                "SELECT status, (SELECT count(*) FROM payloads) FROM runs",
+                "SELECT status, (SELECT count(*) FROM row_payloads) FROM runs",
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )

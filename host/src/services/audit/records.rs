@@ -157,6 +157,8 @@ pub struct CommitRecord {
 
 /// A body kept by its hash: a source row, a request, a response, a node output.
 pub struct PayloadRecord {
+    /// The row it belongs to: bodies are kept by row.
+    pub row_index: u64,
     pub sha256: String,
     pub body: String,
 }

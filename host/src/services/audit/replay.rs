@@ -1,8 +1,9 @@
 //! Answers a resumed run's requests from the responses its earlier segments
 //! recorded, so a call that was paid for is never made twice.
 
+use super::stored::{self, HashText};
 use anyhow::Result;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -30,11 +31,15 @@ impl Replay {
                 "SELECT c.row_index, c.node_id, c.endpoint, c.request_sha256, c.response_sha256
                  FROM calls c
                  WHERE c.run_id = ?1 AND c.status BETWEEN 200 AND 299 AND c.error IS NULL
-                   AND EXISTS (SELECT 1 FROM payloads p
-                               WHERE p.run_id = c.run_id AND p.sha256 = c.response_sha256)",
+                   AND (EXISTS (SELECT 1 FROM row_payloads p
+                                WHERE p.run_id = c.run_id AND p.row_index = c.row_index)
+                        OR EXISTS (SELECT 1 FROM payloads p
+                                   WHERE p.run_id = c.run_id AND p.sha256 = c.response_sha256))",
             )?
             .query_map([run_id], |r| {
-                Ok(((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?), r.get(4)?))
+                let request = r.get::<_, HashText>(3)?.0;
+                let response = r.get::<_, HashText>(4)?.0;
+                Ok(((r.get(0)?, r.get(1)?, r.get(2)?, request), response))
             })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(Self {
@@ -62,12 +67,8 @@ impl Replay {
         );
         let response_sha256 = self.answers.get(&key)?;
         let conn = self.conn.lock().ok()?;
-        let body: Option<String> = conn
-            .prepare_cached("SELECT body FROM payloads WHERE run_id = ?1 AND sha256 = ?2")
-            .ok()?
-            .query_row(params![self.run_id, response_sha256], |r| r.get(0))
-            .optional()
-            .ok()?;
+        // Opened after the run's own connection brought it to schema 7.
+        let body = stored::body(&conn, self.run_id, row_index, response_sha256, true).ok()?;
         if body.is_some() {
             self.used.fetch_add(1, Ordering::Relaxed);
         }

@@ -2,6 +2,7 @@
 //! process can carry the run on where they stopped.
 
 use super::records::{EndpointRecord, NodeRecord, SinkPaths};
+use super::stored::HashText;
 use crate::io::FileStamp;
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -113,7 +114,7 @@ pub fn load(conn: &Connection, run_id: i64) -> Result<ResumePoint> {
     )?;
     let row_hashes = conn
         .prepare("SELECT row_index, content_sha256 FROM rows WHERE run_id = ?1")?
-        .query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map([run_id], |r| Ok((r.get(0)?, r.get::<_, HashText>(1)?.0)))?
         .collect::<rusqlite::Result<_>>()?;
     let done = conn
         .prepare("SELECT row_index FROM row_outcomes WHERE run_id = ?1")?

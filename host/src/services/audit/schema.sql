@@ -2,7 +2,11 @@
 -- Tables written once per row or call are WITHOUT ROWID: one B-tree each
 -- instead of a table and its key's index. Payloads are the exception: their
 -- bodies are large and their keys random, which suits a rowid table.
--- Hashes are SHA-256 hex, over RFC 8785 canonical JSON where the data is JSON.
+-- Hashes are SHA-256, over RFC 8785 canonical JSON where the data is JSON: hex
+-- text in the tables written once per run or segment, 32 bytes (BLOB) in the
+-- ones written per row (since schema 7; `hex()` shows them, `x'…'` matches
+-- them), where they were most of the size. What is not a SHA-256 in
+-- lowercase hex stays text.
 -- Times are milliseconds since the Unix epoch. Secrets are never stored: an
 -- endpoint's API key appears only as a fingerprint. AUDIT.md describes it all.
 
@@ -71,7 +75,7 @@ CREATE TABLE IF NOT EXISTS rows (
     run_id          INTEGER NOT NULL REFERENCES runs(run_id),
     row_index       INTEGER NOT NULL,     -- 0-based order in the source
     source_line     INTEGER NOT NULL,     -- 1-based line where the row starts
-    content_sha256  TEXT NOT NULL,
+    content_sha256  BLOB NOT NULL,
     PRIMARY KEY (run_id, row_index)
 ) WITHOUT ROWID;
 
@@ -85,8 +89,8 @@ CREATE TABLE IF NOT EXISTS node_states (
     segment         INTEGER NOT NULL,
     attempt         INTEGER NOT NULL,
     status          TEXT NOT NULL,        -- completed | failed
-    input_sha256    TEXT NOT NULL,
-    output_sha256   TEXT,
+    input_sha256    BLOB NOT NULL,
+    output_sha256   BLOB,
     error_code      TEXT,
     error_message   TEXT,
     batch_id        INTEGER,              -- the batch it went through the node in
@@ -100,7 +104,7 @@ CREATE TABLE IF NOT EXISTS node_state_attributes (
     run_id    INTEGER NOT NULL,
     state_id  INTEGER NOT NULL,
     key       TEXT NOT NULL,
-    value     TEXT NOT NULL,
+    value     TEXT NOT NULL,          -- a SHA-256 in lowercase hex as its 32 bytes, as hashes are
     PRIMARY KEY (run_id, state_id, key)
 ) WITHOUT ROWID;
 
@@ -115,8 +119,8 @@ CREATE TABLE IF NOT EXISTS calls (
     endpoint           TEXT NOT NULL,
     request_index      INTEGER NOT NULL,  -- which logical request of the state this attempt serves
     attempt            INTEGER NOT NULL,  -- 1 for the first try of a request
-    request_sha256     TEXT NOT NULL,
-    response_sha256    TEXT,
+    request_sha256     BLOB NOT NULL,
+    response_sha256    BLOB,
     status             INTEGER,           -- HTTP status, NULL when no answer arrived
     error              TEXT,              -- transport error or timeout
     retry_cause        TEXT,              -- capacity | transient, when this attempt was retried
@@ -175,14 +179,29 @@ CREATE TABLE IF NOT EXISTS sink_checkpoints (
     PRIMARY KEY (run_id, path)
 ) WITHOUT ROWID;
 
--- Bodies by hash: source rows (rows.content_sha256), node outputs
--- (node_states.output_sha256), requests and responses (calls.*_sha256).
+-- Bodies by row: its source row (rows.content_sha256), node inputs and
+-- outputs (node_states.*_sha256), requests and responses (calls.*_sha256).
 -- Optional (`audit.payloads: false`) and purgeable (`weir purge RUN`); the
 -- hashes elsewhere stay. A resume answers a request from here instead of
--- sending it again.
+-- sending it again. The bodies a row recorded in one transaction are one
+-- part (its source row waits for the next of them, or the row's outcome):
+-- a zstd frame without its 4-byte magic number, compressed against a
+-- dictionary built into weir, of entries each made of the first 2 bytes of
+-- the body's SHA-256, its length in bytes as a LEB128 varint, and the body.
+-- A body is kept once per row, and found by its key and then its hash.
+CREATE TABLE IF NOT EXISTS row_payloads (
+    run_id     INTEGER NOT NULL,
+    row_index  INTEGER NOT NULL,
+    part       INTEGER NOT NULL,      -- 0, 1, … in the order they were written
+    bodies     BLOB NOT NULL,
+    PRIMARY KEY (run_id, row_index, part)
+) WITHOUT ROWID;
+
+-- Bodies by hash, as weir kept them before schema 7: read, no longer written.
+-- An upgraded database keys them by the hash's 32 bytes.
 CREATE TABLE IF NOT EXISTS payloads (
     run_id  INTEGER NOT NULL,
-    sha256  TEXT NOT NULL,
+    sha256  BLOB NOT NULL,
     body    TEXT NOT NULL,
     PRIMARY KEY (run_id, sha256)
 );

@@ -1,6 +1,7 @@
 //! The writer thread: drains the queue into one transaction per burst.
 
 use super::records::*;
+use super::stored::{Bundler, Hash};
 use crate::hashing;
 use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
@@ -46,8 +47,9 @@ pub struct Scope {
     pub payloads: bool,
 }
 
-/// The canonical hash of `json`, keeping its body first when payloads are kept.
-fn hash(tx: &Transaction, scope: Scope, json: Json) -> Result<String> {
+/// The canonical hash of `json`, keeping its body with row `row_index` when
+/// payloads are kept.
+fn hash(scope: Scope, bundler: &mut Bundler, row_index: u64, json: Json) -> Result<String> {
     let (sha256, body) = match json {
         Json::Hashed(sha256) => return Ok(sha256),
         Json::Text(text) => {
@@ -64,16 +66,9 @@ fn hash(tx: &Transaction, scope: Scope, json: Json) -> Result<String> {
         }
     };
     if scope.payloads {
-        keep_payload(tx, scope.run, &sha256, &body)?;
+        bundler.add(row_index, &sha256, &body);
     }
     Ok(sha256)
-}
-
-/// Content-addressed: a body already kept under its hash is kept once.
-fn keep_payload(tx: &Transaction, run: i64, sha256: &str, body: &str) -> Result<()> {
-    tx.prepare_cached("INSERT OR IGNORE INTO payloads VALUES (?1, ?2, ?3)")?
-        .execute(params![run, sha256, body])?;
-    Ok(())
 }
 
 /// Writes until every sender is gone, then hands the connection back so the
@@ -87,15 +82,18 @@ pub fn run(mut conn: Connection, scope: Scope, rx: &Receiver<Record>) -> Result<
 }
 
 fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Result<()> {
+    let mut bundler = Bundler::new()?;
     while let Ok(first) = rx.recv() {
         let tx = conn.transaction()?;
         let mut acks = Vec::new();
         let mut take = |record| match record {
             Record::Flush(ack) => {
+                // Whoever waits reads the database next: all of it is there.
+                bundler.release();
                 acks.push(ack);
                 Ok(())
             }
-            record => write(&tx, scope, record),
+            record => write(&tx, scope, &mut bundler, record),
         };
         take(first)?;
         let mut written = 1;
@@ -114,18 +112,30 @@ fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Resu
                 }
             }
         }
+        if !open {
+            bundler.release();
+        }
+        bundler.write(&tx, scope.run)?;
         tx.commit()?;
         for ack in acks {
             let _ = ack.try_send(());
         }
         if !open {
-            break;
+            return Ok(());
         }
         if written < BATCH {
             // `AuditLog::close` unparks this thread, so the end of a run
             // does not wait out the linger.
             std::thread::park_timeout(LINGER);
         }
+    }
+    // The last senders left between two transactions: what is held still
+    // belongs on disk.
+    if !bundler.is_idle() {
+        let tx = conn.transaction()?;
+        bundler.release();
+        bundler.write(&tx, scope.run)?;
+        tx.commit()?;
     }
     Ok(())
 }
@@ -161,7 +171,7 @@ pub fn with_os_error(conn: &Connection, error: anyhow::Error) -> anyhow::Error {
 #[cfg(unix)]
 const ENOSPC: i32 = 28;
 
-fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
+fn write(tx: &Transaction, scope: Scope, bundler: &mut Bundler, record: Record) -> Result<()> {
     let Scope { run, segment, .. } = scope;
     match record {
         Record::Node(n) => {
@@ -191,11 +201,19 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
         Record::Row(r) => {
             // A resumed run reads again the rows its killed segment recorded.
             tx.prepare_cached("INSERT OR IGNORE INTO rows VALUES (?1, ?2, ?3, ?4)")?
-                .execute(params![run, r.row_index, r.source_line, r.content_sha256])?;
+                .execute(params![
+                    run,
+                    r.row_index,
+                    r.source_line,
+                    Hash(&r.content_sha256)
+                ])?;
         }
         Record::NodeState(s) => {
-            let input_sha256 = hash(tx, scope, s.input)?;
-            let output_sha256 = s.output.map(|o| hash(tx, scope, o)).transpose()?;
+            let input_sha256 = hash(scope, bundler, s.row_index, s.input)?;
+            let output_sha256 = s
+                .output
+                .map(|o| hash(scope, bundler, s.row_index, o))
+                .transpose()?;
             tx.prepare_cached(
                 "INSERT INTO node_states
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -208,8 +226,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 segment,
                 s.attempt,
                 s.status,
-                input_sha256,
-                output_sha256,
+                Hash(&input_sha256),
+                output_sha256.as_deref().map(Hash),
                 s.error_code,
                 s.error_message,
                 s.batch_id,
@@ -229,11 +247,14 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO node_state_attributes VALUES (?1, ?2, ?3, ?4)",
             )?
-            .execute(params![run, a.state_id, a.key, a.value])?;
+            .execute(params![run, a.state_id, a.key, Hash(&a.value)])?;
         }
         Record::Call(c) => {
-            let request_sha256 = hash(tx, scope, c.request)?;
-            let response_sha256 = c.response.map(|r| hash(tx, scope, r)).transpose()?;
+            let request_sha256 = hash(scope, bundler, c.row_index, c.request)?;
+            let response_sha256 = c
+                .response
+                .map(|r| hash(scope, bundler, c.row_index, r))
+                .transpose()?;
             tx.prepare_cached(
                 "INSERT INTO calls
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
@@ -248,8 +269,8 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 c.endpoint,
                 c.request_index,
                 c.attempt,
-                request_sha256,
-                response_sha256,
+                Hash(&request_sha256),
+                response_sha256.as_deref().map(Hash),
                 c.status,
                 c.error,
                 c.retry_cause,
@@ -269,6 +290,7 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 "INSERT INTO row_outcomes VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
             for o in commit.outcomes {
+                bundler.forget(o.row_index);
                 outcome.execute(params![
                     run,
                     o.row_index,
@@ -288,7 +310,7 @@ fn write(tx: &Transaction, scope: Scope, record: Record) -> Result<()> {
                 checkpoint.execute(params![run, path, offset])?;
             }
         }
-        Record::Payload(p) => keep_payload(tx, run, &p.sha256, &p.body)?,
+        Record::Payload(p) => bundler.add_source(p.row_index, &p.sha256, &p.body),
         Record::SegmentStarted {
             rows_skipped,
             source,

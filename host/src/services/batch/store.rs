@@ -314,7 +314,10 @@ impl Store {
                     EXISTS (SELECT 1 FROM calls c
                             WHERE c.run_id = b.run_id AND c.row_index = b.row_index
                               AND c.node_id = b.node_id AND c.provider_batch IS NOT NULL
-                              AND c.request_sha256 = b.request_sha256 AND c.replayed = 0)
+                              -- Since audit schema 7, calls keep a SHA-256 as
+                              -- its bytes; batch_requests keep the hex.
+                              AND c.request_sha256 IN (b.request_sha256, unhex(b.request_sha256))
+                              AND c.replayed = 0)
              FROM batch_requests b WHERE b.run_id = ?1 AND b.endpoint = ?2",
         )?;
         let rows = query
