@@ -399,8 +399,9 @@ mod tests {
         let request_sha = crate::hashing::json_text_sha256(request);
         let long = format!("\"{}\"", "é".repeat(300));
         let long_sha = crate::hashing::json_text_sha256(&long);
+        let source_sha = crate::hashing::json_text_sha256("{}");
         let tx = conn.transaction().unwrap();
-        bundler.add_source(3, SHA, "{}");
+        bundler.add_source(3, &source_sha, "{}");
         bundler.add(3, &request_sha, request);
         bundler.add(3, &long_sha, &long);
         bundler.add_source(4, "h0", "[]");
@@ -421,7 +422,9 @@ mod tests {
         // Row 4's source row waited for its end.
         assert_eq!(parts, [(3, 0), (3, 1), (4, 0)]);
         let found = |row, sha: &str| body(&conn, 1, row, sha, true).unwrap();
-        assert_eq!(found(3, SHA).as_deref(), Some("{}"));
+        assert_eq!(found(3, &source_sha).as_deref(), Some("{}"));
+        // A body under another hash is not taken for it.
+        assert_eq!(found(3, SHA), None);
         assert_eq!(found(3, &request_sha).as_deref(), Some(request));
         assert_eq!(found(3, &long_sha), Some(long.clone()));
         assert_eq!(found(3, "h1").as_deref(), Some("[1]"));
