@@ -211,17 +211,10 @@ impl Client {
             return Ok(None);
         }
         let url = format!("{}/batches", self.base);
-        let list = self
-            .send_json(
-                self.request(reqwest::Method::GET, &url)
-                    .query(&[("limit", "100")]),
-                "list the batches",
-            )
-            .await?;
-        Ok(list["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(self
+            .newest(&url)
+            .await?
+            .iter()
             .find(|b| b["metadata"]["weir_batch"] == tag)
             .and_then(|b| string_field(b, "id")))
     }
@@ -236,17 +229,10 @@ impl Client {
         requests: usize,
         known: &std::collections::HashSet<String>,
     ) -> Result<Option<String>> {
-        let list = self
-            .send_json(
-                self.request(reqwest::Method::GET, &self.base)
-                    .query(&[("limit", "100")]),
-                "list the batches",
-            )
-            .await?;
-        Ok(list["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(self
+            .newest(&self.base)
+            .await?
+            .iter()
             .filter(|b| {
                 let counts = &b["request_counts"];
                 let total: u64 = ["processing", "succeeded", "errored", "canceled", "expired"]
@@ -259,6 +245,21 @@ impl Client {
             })
             .filter_map(|b| string_field(b, "id"))
             .find(|id| !known.contains(id)))
+    }
+
+    /// The newest 100 batches the account holds, newest first.
+    async fn newest(&self, url: &str) -> Result<Vec<Value>> {
+        let mut list = self
+            .send_json(
+                self.request(reqwest::Method::GET, url)
+                    .query(&[("limit", "100")]),
+                "list the batches",
+            )
+            .await?;
+        Ok(match list["data"].take() {
+            Value::Array(batches) => batches,
+            _ => Vec::new(),
+        })
     }
 
     pub async fn status(&self, batch_id: &str) -> Result<Status> {
