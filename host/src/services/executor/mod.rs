@@ -3,7 +3,6 @@
 //! rate limits and its adaptive concurrency limit, then is retried by cause:
 //! capacity errors until a deadline, transient ones a bounded number of times,
 //! and never the ones retrying cannot fix.
-
 //!
 //! Each layer has one job: `admission` (what a request waits for),
 //! `limiter` (the slots and their lines), `controller` (the adaptive limit),
