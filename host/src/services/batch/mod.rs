@@ -449,8 +449,10 @@ impl Inner {
         }
     }
 
-    async fn drive(&self, job: &mut Job) -> Result<()> {
-        let requests = self.store.requests_of(job.job_id)?;
+    /// Takes a batch from where it stands to submitted, finding one that
+    /// a killed run created but did not record before creating another;
+    /// returns the provider's id for it.
+    async fn submit(&self, job: &mut Job, requests: &[Request]) -> Result<String> {
         let tag = self.tag(job);
         if job.state == JobState::Uploaded && job.batch_id.is_none() {
             // Killed between creating the batch and recording its id?
@@ -478,7 +480,7 @@ impl Inner {
             }
         }
         if job.state == JobState::Preparing && self.client.wire() != lines::Wire::Anthropic {
-            let file = self.retry(|| self.client.upload(&requests)).await?;
+            let file = self.retry(|| self.client.upload(requests)).await?;
             self.store.uploaded(job.job_id, &file)?;
             job.input_file_id = Some(file);
             job.state = JobState::Uploaded;
@@ -486,13 +488,18 @@ impl Inner {
         if job.batch_id.is_none() {
             let file = job.input_file_id.clone();
             let id = self
-                .retry(|| self.client.create(file.as_deref(), &requests, &tag))
+                .retry(|| self.client.create(file.as_deref(), requests, &tag))
                 .await?;
             self.store.submitted(job.job_id, &id)?;
             job.batch_id = Some(id);
             job.state = JobState::Submitted;
         }
-        let batch_id = job.batch_id.clone().unwrap_or_default();
+        Ok(job.batch_id.clone().unwrap_or_default())
+    }
+
+    async fn drive(&self, job: &mut Job) -> Result<()> {
+        let requests = self.store.requests_of(job.job_id)?;
+        let batch_id = self.submit(job, &requests).await?;
         {
             let mut first = self
                 .counts
