@@ -35,6 +35,24 @@ fn batch_pipeline(provider: Provider, root_url: &str, extra: &str) -> String {
     )
 }
 
+/// The test LLM server (a test tool) following `script`, and a workspace
+/// holding `rows` numbered rows and a batch-mode pipeline against it.
+async fn batch_workspace(
+    script: Script,
+    provider: Provider,
+    rows: usize,
+    extra: &str,
+) -> (TestLlmServer, Workspace) {
+    let server = TestLlmServer::start(script).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(rows));
+    ws.write(
+        "p.yaml",
+        &batch_pipeline(provider, &server.root_url(), extra),
+    );
+    (server, ws)
+}
+
 async fn run(ws: &Workspace, args: &[&str]) -> std::process::Output {
     let pipeline = ws.path("p.yaml");
     let mut all = vec!["run", pipeline.to_str().unwrap()];
@@ -73,10 +91,7 @@ fn assert_nothing_submitted_twice(server: &TestLlmServer) {
 }
 
 async fn a_run_in_batch_mode_answers_every_row_through_one_batch(provider: Provider) {
-    let server = TestLlmServer::start(Script::default()).await.unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(40));
-    ws.write("p.yaml", &batch_pipeline(provider, &server.root_url(), ""));
+    let (server, ws) = batch_workspace(Script::default(), provider, 40, "").await;
     let out = run(&ws, &[]).await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{summary}");
@@ -136,17 +151,13 @@ async fn anthropic_batch_mode_answers_every_row_through_one_batch() {
 
 #[tokio::test]
 async fn batches_split_at_batch_max_requests() {
-    let server = TestLlmServer::start(Script::default()).await.unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(25));
-    ws.write(
-        "p.yaml",
-        &batch_pipeline(
-            Provider::OpenAi,
-            &server.root_url(),
-            "    batch_max_requests: 10\n",
-        ),
-    );
+    let (server, ws) = batch_workspace(
+        Script::default(),
+        Provider::OpenAi,
+        25,
+        "    batch_max_requests: 10\n",
+    )
+    .await;
     let out = run(&ws, &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_rows_answered(&ws, 25);
@@ -189,18 +200,16 @@ async fn a_rejected_line_fails_its_row_with_the_providers_answer() {
 
 #[tokio::test]
 async fn expired_lines_are_sent_again_and_answered_online_after_the_last_batch() {
-    let server = TestLlmServer::start(Script {
-        batch_expire_marker: Some("row 5,".into()),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(8));
-    ws.write(
-        "p.yaml",
-        &batch_pipeline(Provider::OpenAi, &server.root_url(), ""),
-    );
+    let (server, ws) = batch_workspace(
+        Script {
+            batch_expire_marker: Some("row 5,".into()),
+            ..Script::default()
+        },
+        Provider::OpenAi,
+        8,
+        "",
+    )
+    .await;
     let out = run(&ws, &[]).await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{summary}");
@@ -282,15 +291,16 @@ fn job_state(db: &Path) -> Option<String> {
 /// that every row was answered once, with its own answer, and that nothing
 /// was submitted twice.
 async fn killed_then_resumed(provider: Provider, moment: &str) {
-    let server = TestLlmServer::start(Script {
-        batch_seconds: Duration::from_secs(2),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(30));
-    ws.write("p.yaml", &batch_pipeline(provider, &server.root_url(), ""));
+    let (server, ws) = batch_workspace(
+        Script {
+            batch_seconds: Duration::from_secs(2),
+            ..Script::default()
+        },
+        provider,
+        30,
+        "",
+    )
+    .await;
     let db = ws.path("weir-audit.sqlite");
     let mut child = spawn_run(&ws, false);
     match moment {
@@ -363,19 +373,17 @@ async fn anthropic_killed_while_polling_resumes_without_submitting_again() {
 
 #[tokio::test]
 async fn a_batch_line_with_a_server_error_goes_into_the_next_batch() {
-    let server = TestLlmServer::start(Script {
-        fault_kinds: vec![Fault::Status(503)],
-        faults_first: 1,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(6));
-    ws.write(
-        "p.yaml",
-        &batch_pipeline(Provider::Anthropic, &server.root_url(), ""),
-    );
+    let (server, ws) = batch_workspace(
+        Script {
+            fault_kinds: vec![Fault::Status(503)],
+            faults_first: 1,
+            ..Script::default()
+        },
+        Provider::Anthropic,
+        6,
+        "",
+    )
+    .await;
     let out = run(&ws, &[]).await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{summary}");
@@ -537,15 +545,16 @@ async fn a_created_batch_whose_id_was_not_recorded_is_found_again(
     provider: Provider,
     recorded_state: &str,
 ) {
-    let server = TestLlmServer::start(Script {
-        batch_seconds: Duration::from_secs(2),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(10));
-    ws.write("p.yaml", &batch_pipeline(provider, &server.root_url(), ""));
+    let (server, ws) = batch_workspace(
+        Script {
+            batch_seconds: Duration::from_secs(2),
+            ..Script::default()
+        },
+        provider,
+        10,
+        "",
+    )
+    .await;
     let db = ws.path("weir-audit.sqlite");
     let mut child = spawn_run(&ws, false);
     until("the batch's submission", || {
