@@ -4,7 +4,8 @@
 //! and Anthropic (`{custom_id, params}`; results `{custom_id, result}`).
 
 use crate::services::cost;
-use crate::services::executor::anthropic;
+use crate::services::executor::{Verdict, anthropic, classify_status};
+use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
 /// Which wire format a batch speaks.
@@ -167,13 +168,15 @@ fn anthropic_result(line: &Value) -> Option<LineResult> {
     Some(LineResult { custom_id, outcome })
 }
 
+/// A line's answer judged as an online answer would be: what the executor
+/// would retry goes into another batch, what it would not fails the row.
 fn by_status(status: u16, body: String) -> LineOutcome {
-    match status {
-        200..=299 => LineOutcome::Answer { status, body },
-        408 | 429 | 500..=599 => LineOutcome::Retry {
+    match classify_status(status, &HeaderMap::new(), &body, true) {
+        Verdict::Success => LineOutcome::Answer { status, body },
+        Verdict::Fatal => LineOutcome::Failed { status, body },
+        _ => LineOutcome::Retry {
             reason: format!("status {status}"),
         },
-        _ => LineOutcome::Failed { status, body },
     }
 }
 
@@ -206,6 +209,23 @@ mod tests {
         assert!(
             matches!(&results[3].outcome, LineOutcome::Retry { reason } if reason.contains("batch_expired"))
         );
+    }
+
+    #[test]
+    fn a_line_is_judged_as_its_answer_online_would_be() {
+        let text = [
+            r#"{"custom_id":"quota","response":{"status_code":429,"body":{"error":{"code":"insufficient_quota","message":"no"}}}}"#,
+            r#"{"custom_id":"broken","response":{"status_code":200,"body":"<html>"}}"#,
+        ]
+        .join("\n");
+        let (results, _) = parse_results(Wire::OpenAi, &text);
+        // Out of quota will not clear in another batch; a 2xx that is not
+        // JSON is asked again, as online.
+        assert!(matches!(
+            results[0].outcome,
+            LineOutcome::Failed { status: 429, .. }
+        ));
+        assert!(matches!(results[1].outcome, LineOutcome::Retry { .. }));
     }
 
     #[test]

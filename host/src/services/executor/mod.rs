@@ -31,6 +31,9 @@ mod target;
 mod throttle;
 
 pub use breaker::BreakerState;
+/// How an answer is judged by its status and body; a provider batch's lines
+/// are judged the same way.
+pub use retry::{Verdict, classify_status};
 pub use stats::{Money, StatsSnapshot};
 
 use crate::config::{EndpointKind, EndpointMode, EndpointSpec};
