@@ -456,3 +456,63 @@ async fn a_new_python_or_js_guest_uses_the_sdk_of_this_checkout_and_brings_nativ
         "{report}"
     );
 }
+
+/// The same component with a custom section added: other bytes, so another
+/// entry in the compiled-component cache.
+fn variant_of(component: &[u8], tag: u8) -> Vec<u8> {
+    let mut bytes = component.to_vec();
+    // A custom section: id 0, size, then the name `v` and one byte.
+    bytes.extend_from_slice(&[0, 3, 1, b'v', tag]);
+    bytes
+}
+
+fn cached_components(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".cwasm"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn compiled_components_kept_across_runs_stay_under_their_cap() {
+    let ws = Workspace::new();
+    ws.write("in.jsonl", "{\"id\":1}\n");
+    let chaos = std::fs::read(CHAOS_V0_1).unwrap();
+    let cache = ws.path("components");
+    let cache_dir = cache.to_str().unwrap();
+    let mut seen = Vec::new();
+    for tag in 1..=3u8 {
+        std::fs::write(ws.path(&format!("c{tag}.wasm")), variant_of(&chaos, tag)).unwrap();
+        let p = ws.write(
+            &format!("p{tag}.yaml"),
+            &one_node_pipeline(&format!("c{tag}.wasm")),
+        );
+        // A cap of 0 keeps only the component compiled last.
+        let out = weir(
+            &["validate", p.to_str().unwrap()],
+            &[("WEIR_CACHE_DIR", cache_dir), ("WEIR_CACHE_MAX_MB", "0")],
+        )
+        .await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        let kept = cached_components(&cache);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(!seen.contains(&kept[0]), "{kept:?} was kept before");
+        seen.push(kept[0].clone());
+    }
+    let listing = weir(&["cache", "components"], &[("WEIR_CACHE_DIR", cache_dir)]).await;
+    let text = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        text.contains("1 compiled components") && text.contains("of a 1024 MiB cap"),
+        "{text}"
+    );
+    let cleared = weir(
+        &["cache", "components", "--clear"],
+        &[("WEIR_CACHE_DIR", cache_dir)],
+    )
+    .await;
+    assert!(cleared.status.success(), "{}", stderr(&cleared));
+    assert!(cached_components(&cache).is_empty());
+}

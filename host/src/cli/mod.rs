@@ -191,6 +191,14 @@ enum CacheCommand {
         #[command(flatten)]
         cache: CacheFile,
     },
+    /// The compiled components kept across runs: where, how many, how
+    /// large, and the cap (`WEIR_CACHE_MAX_MB`, default 1024), beyond which
+    /// the least recently used go.
+    Components {
+        /// Delete them all; runs compile what they need again.
+        #[arg(long)]
+        clear: bool,
+    },
 }
 
 /// Which response cache: `--cache`, else the ones a pipeline file's
@@ -569,6 +577,7 @@ fn cache(command: CacheCommand) -> Result<ExitCode> {
     let (files, clear) = match &command {
         CacheCommand::Stats { cache } => (cache.paths()?, false),
         CacheCommand::Clear { cache } => (cache.paths()?, true),
+        CacheCommand::Components { clear } => return compiled_components(*clear),
     };
     for path in files {
         if !path.exists() {
@@ -593,6 +602,40 @@ fn cache(command: CacheCommand) -> Result<ExitCode> {
             println!("  {count:>8}  {endpoint}");
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compiled_components(clear: bool) -> Result<ExitCode> {
+    use crate::runtime::cache_dir;
+    let Some(dir) = cache_dir::location() else {
+        println!("no compiled components are kept (WEIR_CACHE_DIR=off)");
+        return Ok(ExitCode::SUCCESS);
+    };
+    if !dir.exists() {
+        println!("{}: no compiled components yet", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mb = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    if clear {
+        let (files, bytes) = cache_dir::clear(&dir)
+            .map_err(|e| anyhow::anyhow!("cannot empty {}: {e}", dir.display()))?;
+        println!(
+            "{}: {files} compiled components deleted, {:.1} MiB",
+            dir.display(),
+            mb(bytes)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let entries = cache_dir::entries(&dir)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.display()))?;
+    let total: u64 = entries.iter().map(|e| e.bytes).sum();
+    println!(
+        "{}: {} compiled components, {:.1} MiB of a {:.0} MiB cap",
+        dir.display(),
+        entries.len(),
+        mb(total),
+        mb(cache_dir::max_bytes())
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,8 +1,10 @@
 //! Compiled components, by content hash: in memory for the run, so nodes that
 //! share a component compile it once, and on disk across runs, because large
-//! guests (Python, JavaScript) take seconds to compile.
+//! guests (Python, JavaScript) take seconds to compile. The folder on disk
+//! is held to a size cap (`cache_dir`).
 
 use super::LoadedComponent;
+use super::cache_dir;
 use crate::hashing::sha256_hex;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -24,14 +26,9 @@ impl ComponentCache {
     pub fn new(engine: &Engine) -> Self {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        let dir = match std::env::var_os("WEIR_CACHE_DIR") {
-            Some(dir) if dir == "off" => None,
-            Some(dir) => Some(PathBuf::from(dir)),
-            None => dirs::cache_dir().map(|d| d.join("weir").join("components")),
-        };
         Self {
             memory: Mutex::new(HashMap::new()),
-            dir,
+            dir: cache_dir::location(),
             engine_key: format!("{:016x}", hasher.finish()),
         }
     }
@@ -73,7 +70,10 @@ impl ComponentCache {
         // program compiled; its name carries the source hash and the engine's
         // compatibility key, and wasmtime checks the header before use.
         match unsafe { Component::deserialize_file(engine, &path) } {
-            Ok(component) => Some(component),
+            Ok(component) => {
+                cache_dir::touch(&path);
+                Some(component)
+            }
             Err(e) => {
                 tracing::debug!("ignoring unusable cached component {}: {e}", path.display());
                 None
@@ -96,6 +96,17 @@ impl ComponentCache {
         };
         if let Err(e) = write() {
             tracing::debug!("could not cache the compiled component: {e}");
+            return;
+        }
+        let dir = path.parent().expect("cache path has a folder");
+        match cache_dir::prune(dir, cache_dir::max_bytes(), &path) {
+            Ok((0, _)) => {}
+            Ok((files, bytes)) => tracing::debug!(
+                "dropped {files} least recently used compiled components ({} MB) from {}",
+                bytes / 1_000_000,
+                dir.display()
+            ),
+            Err(e) => tracing::debug!("could not keep {} under its cap: {e}", dir.display()),
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod bindings;
 pub mod builtin;
 mod cache;
+pub mod cache_dir;
 mod calls;
 pub mod contract;
 mod limits;
