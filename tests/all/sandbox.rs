@@ -518,3 +518,39 @@ async fn weir_measured(args: &[&str]) -> (Output, u64) {
     .await
     .unwrap()
 }
+
+/// A row error must carry a code: an empty one is a broken contract, the same
+/// in `weir run` and in `weir test`.
+#[tokio::test]
+async fn an_empty_error_code_is_refused_by_run_and_by_test_alike() {
+    let ws = Workspace::new();
+    ws.write(
+        "rows.jsonl",
+        "{\"id\":0,\"act\":\"fail\",\"code\":\"\",\"text\":\"no code\"}\n\
+         {\"id\":1,\"act\":\"fail\",\"code\":\"mine\",\"text\":\"a code\"}\n",
+    );
+    let p = ws.write("p.yaml", &pipeline(""));
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let failed = failures(&ws);
+    assert_eq!(failed[&0], "guest_contract_violation");
+    assert_eq!(failed[&1], "mine");
+    let message = read_jsonl(&ws, "failed.jsonl")[0]["_error_message"].to_string();
+    assert!(
+        message.contains("empty error code") && message.contains("no code"),
+        "{message}"
+    );
+
+    let fixtures = ws.write(
+        "fixtures.yaml",
+        &format!(
+            "component: {CHAOS}\noptions: {{}}\ncases:\n  - name: no code\n    \
+             row: {{act: fail, code: \"\", text: x}}\n    expect:\n      \
+             error: guest_contract_violation\n"
+        ),
+    );
+    let out = weir(&["test", fixtures.to_str().unwrap()], &[]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains("1 passed, 0 failed"), "{text}");
+}

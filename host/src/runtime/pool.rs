@@ -4,7 +4,7 @@
 //! the node's memory budget has no room for another instance, a row waits
 //! for one to come back instead.
 
-use super::bindings::{NodeInfo, Outcome, v0_1, v0_2};
+use super::bindings::{GuestRowError, NodeInfo, Outcome, v0_1, v0_2};
 use super::contract::{self, Contract};
 use super::limits::{LimitHit, NodeMemory};
 use super::state::{GuestState, NodeServices, RowScope};
@@ -157,10 +157,11 @@ impl GuestInstance {
         let result = self.exports.process(&mut self.store, rows).await;
         self.store.data_mut().end_call();
         let stderr = self.store.data().stderr.take();
-        result.map_err(|trap| match self.store.data_mut().parked.take() {
+        let outcomes = result.map_err(|trap| match self.store.data_mut().parked.take() {
             Some(parked) => Interrupted::Parked(parked),
             None => Interrupted::Trap(explain_trap(&trap, &stderr)),
-        })
+        })?;
+        Ok(outcomes.into_iter().map(without_empty_code).collect())
     }
 
     /// The limit that made the last call trap, if one did.
@@ -172,6 +173,21 @@ impl GuestInstance {
     /// beyond their caps (`limits.log_kb_per_row`, `limits.attach_kb_per_row`).
     pub fn rows_truncated(&self) -> usize {
         self.store.data().rows_truncated
+    }
+}
+
+/// A row error must carry a code users can match on; an empty one breaks
+/// the contract, in `weir run` and `weir test` alike.
+fn without_empty_code(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failed(e) if e.code.trim().is_empty() => Outcome::Failed(GuestRowError {
+            code: "guest_contract_violation".into(),
+            message: format!(
+                "the component failed the row with an empty error code (message: {})",
+                e.message
+            ),
+        }),
+        other => other,
     }
 }
 
