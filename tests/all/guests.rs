@@ -516,3 +516,47 @@ async fn compiled_components_kept_across_runs_stay_under_their_cap() {
     assert!(cleared.status.success(), "{}", stderr(&cleared));
     assert!(cached_components(&cache).is_empty());
 }
+
+/// `weir test` runs a case's rows through the code `weir run` uses: a trap
+/// is the row error `guest_trap`, and a configure that traps fails its own
+/// cases, not the whole file.
+#[tokio::test]
+async fn weir_test_judges_rows_as_run_does_and_a_trapping_configure_fails_only_its_cases() {
+    let ws = Workspace::new();
+    let contract = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../wit/0.2.0/transform.wit"
+    ))
+    .unwrap();
+    // Every export of this component traps, configure included.
+    std::fs::write(ws.path("traps.wasm"), component_of(&contract)).unwrap();
+    let trapping = ws.write(
+        "traps.yaml",
+        "component: traps.wasm\ncases:\n  - name: first\n    row: {id: 1}\n    expect:\n      \
+         rows: [{id: 1}]\n  - name: second\n    row: {id: 2}\n    expect:\n      rows: [{id: 2}]\n",
+    );
+    let chaos = ws.write(
+        "chaos.yaml",
+        &format!(
+            "component: {CHAOS_V0_1}\ncases:\n  - name: a panic is a guest trap\n    \
+             row: {{act: panic}}\n    expect:\n      error: guest_trap\n  \
+             - name: a plain row passes\n    row: {{id: 3}}\n    expect:\n      \
+             rows: [{{id: 3, ok: true}}]\n"
+        ),
+    );
+    let out = weir(
+        &["test", trapping.to_str().unwrap(), chaos.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert_eq!(
+        text.matches("the component failed while starting").count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("0 passed, 2 failed"), "{text}");
+    assert!(text.contains("2 passed, 0 failed"), "{text}");
+    assert!(text.contains("in all: 2 passed, 2 failed"), "{text}");
+}

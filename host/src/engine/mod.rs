@@ -14,7 +14,10 @@ mod source_check;
 mod stage;
 
 pub use merge::{Merged, merge};
+// `weir test` runs a node's rows through exactly the code `weir run` uses.
 pub use report::{EndpointReport, RunReport};
+pub(crate) use setup::Node;
+pub(crate) use stage::Flow;
 
 use crate::config::{Format, Pipeline};
 use crate::hashing;
@@ -27,7 +30,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use ordered::OrderedWindowExt;
 use resume::SourceCheck;
 use setup::Prepared;
-use stage::{Failure, Flow};
+use stage::Failure;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

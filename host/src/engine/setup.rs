@@ -213,18 +213,26 @@ async fn prepare_node(
         options_sha256: hashing::json_text_sha256(&config.options_json),
         output_fields: node_runtime.output_fields().to_vec(),
     };
-    let node = Node {
-        config: config.clone(),
-        traps_in_a_row: Default::default(),
-        rows_truncated: Default::default(),
-        runtime: node_runtime,
-        guest_slots: batch_mode.then(|| {
-            tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
-            )
-        }),
-    };
+    let node = Node::new(config.clone(), node_runtime, batch_mode);
     Ok((node, record))
+}
+
+impl Node {
+    /// The node `config` describes, around its configured instances.
+    /// `batch_mode`: it is granted a Batch API endpoint.
+    pub fn new(config: NodeConfig, runtime: NodeRuntime, batch_mode: bool) -> Self {
+        Self {
+            config,
+            traps_in_a_row: Default::default(),
+            rows_truncated: Default::default(),
+            runtime,
+            guest_slots: batch_mode.then(|| {
+                tokio::sync::Semaphore::new(
+                    std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+                )
+            }),
+        }
+    }
 }
 
 /// The option a component's configure error is about, when it names one as
