@@ -560,3 +560,31 @@ async fn weir_test_judges_rows_as_run_does_and_a_trapping_configure_fails_only_i
     assert!(text.contains("2 passed, 0 failed"), "{text}");
     assert!(text.contains("in all: 2 passed, 2 failed"), "{text}");
 }
+
+/// A component built against a patch release of a supported contract
+/// (0.2.1) runs on that contract's bindings, without a folder of its own.
+#[tokio::test]
+async fn a_component_of_a_patch_release_of_the_contract_runs() {
+    let ws = Workspace::new();
+    let contract = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../wit/0.2.0/transform.wit"
+    ))
+    .unwrap()
+    .replace(
+        "package weir:transform@0.2.0;",
+        "package weir:transform@0.2.1;",
+    );
+    // Its exports trap, so starting it gets as far as configure and no further.
+    std::fs::write(ws.path("patch.wasm"), component_of(&contract)).unwrap();
+    ws.write("in.jsonl", "{\"id\":1}\n");
+    let p = ws.write("p.yaml", &one_node_pipeline("patch.wasm"));
+    let out = weir(&["validate", p.to_str().unwrap()], &[]).await;
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("failed while starting"), "{err}");
+    assert!(
+        !err.contains("supports") && !err.contains("does not implement"),
+        "{err}"
+    );
+}

@@ -34,6 +34,16 @@ impl Contract {
     }
 }
 
+/// A patch release of a contract (0.2.1 of 0.2.0) only adds documentation
+/// or fixes to it, never a change of shape, so it runs on the same bindings;
+/// wasmtime's linker matches its interface names by semver.
+fn same_release(supported: &str, given: &str) -> bool {
+    match (Version::parse(supported), Version::parse(given)) {
+        (Ok(s), Ok(g)) => s.major == g.major && s.minor == g.minor && g.pre.is_empty(),
+        _ => false,
+    }
+}
+
 /// The supported versions as users read them: `0.1.0 to 0.2.0`.
 pub fn supported_range() -> String {
     format!(
@@ -91,7 +101,10 @@ fn exported_version(
 }
 
 fn supported(version_text: &str) -> Result<Contract, String> {
-    if let Some(contract) = SUPPORTED.iter().find(|c| c.version() == version_text) {
+    if let Some(contract) = SUPPORTED
+        .iter()
+        .find(|c| same_release(c.version(), version_text))
+    {
         return Ok(*contract);
     }
     let advice = match Version::parse(version_text) {
@@ -105,4 +118,22 @@ fn supported(version_text: &str) -> Result<Contract, String> {
         "it was built against weir:transform@{version_text}; this weir supports {}; {advice}",
         supported_range()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_patch_release_runs_on_its_minor_versions_bindings_and_nothing_else_does() {
+        assert_eq!(supported("0.2.0"), Ok(Contract::V0_2));
+        assert_eq!(supported("0.2.7"), Ok(Contract::V0_2));
+        assert_eq!(supported("0.1.3"), Ok(Contract::V0_1));
+        let newer = supported("0.3.0").unwrap_err();
+        assert!(newer.contains("upgrade weir"), "{newer}");
+        assert!(supported("0.2.1-rc1").is_err());
+        assert!(supported("1.2.0").is_err());
+        let older = supported("0.0.9").unwrap_err();
+        assert!(older.contains("rebuild it"), "{older}");
+    }
 }
