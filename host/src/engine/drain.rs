@@ -11,9 +11,12 @@ use crate::config::OnError;
 use crate::io;
 use crate::services::audit::{AuditLog, CommitRecord, OutcomeRecord, Record};
 use crate::services::stop::RunStop;
-use anyhow::Result;
 use futures::stream::{BoxStream, StreamExt};
 use std::time::Duration;
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Finished rows are committed to the audit trail, together with how far the
 /// sinks hold them, in groups of at most this many rows …

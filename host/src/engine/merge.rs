@@ -5,11 +5,15 @@
 //! unfinished, and touches nothing then.
 
 use crate::config::{Format, Pipeline, part_path};
+use crate::context::Context;
 use crate::services::audit::{self, History};
-use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, params};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+
+use super::MergeError;
+
+type Result<T, E = MergeError> = std::result::Result<T, E>;
 
 pub struct Merged {
     pub run_id: i64,
@@ -35,7 +39,7 @@ const TABLES: &[&str] = &[
 
 pub fn merge(pipeline: &Pipeline, shards: u32) -> Result<Merged> {
     if shards == 0 {
-        bail!("--shards must be at least 1");
+        return Err(MergeError::Invalid("--shards must be at least 1".into()));
     }
     let parts = check_parts(pipeline, shards)?;
     let mut sinks = Vec::new();
@@ -64,11 +68,11 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
         let shard = format!("{index}/{shards}");
         let db = part_path(&pipeline.audit_path, index, shards);
         if !db.exists() {
-            bail!(
+            return Err(MergeError::Invalid(format!(
                 "shard {shard} has not run: there is no {}; run it with `weir run {} --shard {shard}`",
                 db.display(),
                 pipeline.file.path.display()
-            );
+            )));
         }
         let history = History::open(&db)?;
         let run = history
@@ -76,24 +80,26 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
             .into_iter()
             .rev()
             .find(|r| r.shard.as_deref() == Some(shard.as_str()))
-            .with_context(|| format!("{} holds no run of shard {shard}", db.display()))?;
+            .ok_or_else(|| {
+                MergeError::Invalid(format!("{} holds no run of shard {shard}", db.display()))
+            })?;
         if !matches!(run.state(), "completed" | "completed_with_failures") {
-            bail!(
+            return Err(MergeError::Invalid(format!(
                 "shard {shard} is not finished (run {} in {} is {}); finish it with `weir run {} \
                  --shard {shard} --resume`",
                 run.run_id,
                 db.display(),
                 run.state(),
                 pipeline.file.path.display()
-            );
+            )));
         }
         for sink in pipeline.sinks.iter().chain(&pipeline.error_sinks) {
             let piece = part_path(&sink.path, index, shards);
             if !piece.exists() {
-                bail!(
+                return Err(MergeError::Invalid(format!(
                     "shard {shard} finished but its part {} is missing",
                     piece.display()
-                );
+                )));
             }
         }
         parts.push((db, run.run_id));

@@ -1,6 +1,7 @@
 //! The audit trail: an embedded SQLite database written by one dedicated
 //! thread, in batched transactions, so recording never holds up a row.
 
+mod error;
 mod history;
 mod lock;
 mod records;
@@ -9,6 +10,7 @@ mod resume;
 mod stored;
 mod writer;
 
+pub use error::AuditError;
 pub use history::{
     BatchStory, CallStory, FinishedState, History, OutcomeStory, RowStory, RunInfo, StateStory,
 };
@@ -19,8 +21,8 @@ pub use resume::{RecordedRun, RecordedSource, ResumePoint};
 pub use stored::{bodies as payload_bodies, hex_to_blob_sql};
 pub use writer::Totals;
 
+use crate::context::{Context, causes};
 use crate::io::FileStamp;
-use anyhow::{Context, Result};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +30,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use writer::Scope;
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// Records sent but not yet written, at most; senders wait beyond it, which
 /// only happens if the disk cannot keep up.
@@ -77,7 +81,10 @@ impl AuditLog {
         payloads: bool,
     ) -> Result<(Self, ResumePoint)> {
         if !path.exists() {
-            anyhow::bail!("there is no audit database at {}", path.display());
+            return Err(AuditError::Invalid(format!(
+                "there is no audit database at {}",
+                path.display()
+            )));
         }
         let conn = open_database(path)?;
         let run_id = resume::pick_run(&conn, run_id, pipeline_path)?;
@@ -109,11 +116,9 @@ impl AuditLog {
         let writer = std::thread::Builder::new()
             .name("weir-audit".into())
             .spawn(move || {
-                let written = writer::run(conn, scope, &rx).map_err(|e| {
-                    e.context(format!("cannot write the audit database {}", db.display()))
-                });
+                let written = writer::run(conn, scope, &rx).map_err(|e| AuditError::write(&db, e));
                 if let (Err(e), Ok(mut slot)) = (&written, slot.lock()) {
-                    *slot = Some(format!("{e:#}"));
+                    *slot = Some(causes(e));
                 }
                 // Only now do senders learn that the writer is gone: the
                 // cause is in place for them.
@@ -176,13 +181,13 @@ impl AuditLog {
     /// audit trail cannot record.
     pub fn check_writing(&self) -> Result<()> {
         if let Some(cause) = self.failure() {
-            anyhow::bail!("{cause}");
+            return Err(AuditError::WriterFailed(cause));
         }
         if self.broken.load(Ordering::Relaxed) {
-            anyhow::bail!(
+            return Err(AuditError::Invalid(format!(
                 "the audit database {} can no longer be written: its writer stopped",
                 self.path.display()
-            );
+            )));
         }
         Ok(())
     }
@@ -234,12 +239,9 @@ impl AuditLog {
     /// Waits until every record is on disk, checks that every row has its
     /// terminal outcome, and closes the segment and the run.
     pub fn finish(mut self, end: RunEnd) -> Result<Totals> {
-        let conn = self
-            .close()?
-            .context("the audit writer had already stopped")?;
+        let conn = self.close()?.ok_or(AuditError::WriterStopped)?;
         let totals = writer::finish(&conn, self.scope, &end)
-            .map_err(|e| writer::with_os_error(&conn, e))
-            .with_context(|| format!("cannot write the audit database {}", self.path.display()))?;
+            .map_err(|e| AuditError::write(&self.path, writer::with_os_error(&conn, e)))?;
         if let Some(lock) = self.lock.take() {
             lock.release();
         }
@@ -259,9 +261,7 @@ impl AuditLog {
 
     /// Ends a run that never began on any row, recording why.
     pub fn failed_to_start(mut self, error: &str) -> Result<()> {
-        let conn = self
-            .close()?
-            .context("the audit writer had already stopped")?;
+        let conn = self.close()?.ok_or(AuditError::WriterStopped)?;
         writer::failed_to_start(&conn, self.scope.run, error)?;
         if let Some(lock) = self.lock.take() {
             lock.release();
@@ -274,9 +274,7 @@ impl AuditLog {
         match self.writer.take() {
             Some(handle) => {
                 handle.thread().unpark();
-                let conn = handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("the audit writer panicked"))??;
+                let conn = handle.join().map_err(|_| AuditError::WriterPanicked)??;
                 Ok(Some(conn))
             }
             None => Ok(None),
@@ -290,7 +288,7 @@ impl Drop for AuditLog {
         if let Err(e) = self.close()
             && self.failure().is_none()
         {
-            tracing::error!("{e:#}");
+            tracing::error!("{}", causes(&e));
         }
     }
 }
@@ -416,12 +414,12 @@ fn upgrade_schema(conn: &Connection, path: &Path) -> Result<()> {
             return Ok(());
         }
         let Some((_, sql)) = MIGRATIONS.iter().find(|(from, _)| *from == version) else {
-            anyhow::bail!(
+            return Err(AuditError::Invalid(format!(
                 "the audit database {} has schema version {version}, this weir writes version \
                  {SCHEMA_VERSION} and can upgrade versions {OLDEST_UPGRADABLE_VERSION} and later; \
                  move it aside or set `audit.path` to a new file",
                 path.display()
-            );
+            )));
         };
         tx.execute_batch(sql).with_context(|| {
             format!(

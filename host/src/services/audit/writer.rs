@@ -3,11 +3,14 @@
 use super::records::*;
 use super::stored::{Bundler, Hash};
 use crate::hashing;
-use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
+
+use super::AuditError;
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// Records per transaction at most, so a long burst still commits regularly.
 /// Every commit writes each page it dirtied to the WAL again: fewer, larger
@@ -142,12 +145,21 @@ fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Resu
 
 /// SQLite says "database or disk is full"; the operating system's error
 /// behind it says which file system, in the words the other errors use.
-pub fn with_os_error(conn: &Connection, error: anyhow::Error) -> anyhow::Error {
-    let Some(rusqlite::Error::SqliteFailure(failure, _)) = error.downcast_ref::<rusqlite::Error>()
-    else {
-        return error;
+pub fn with_os_error(conn: &Connection, error: AuditError) -> AuditError {
+    match error {
+        AuditError::Sqlite(sqlite) => match os_error_behind(conn, &sqlite) {
+            Some(os) => AuditError::Os { os, sqlite },
+            None => AuditError::Sqlite(sqlite),
+        },
+        other => other,
+    }
+}
+
+fn os_error_behind(conn: &Connection, sqlite: &rusqlite::Error) -> Option<std::io::Error> {
+    let rusqlite::Error::SqliteFailure(failure, _) = sqlite else {
+        return None;
     };
-    let os = match failure.code {
+    Some(match failure.code {
         // SQLite's Unix file layer answers a failed write with SQLITE_FULL
         // only when the system said ENOSPC (or wrote short, which is how a
         // full disk shows), and keeps no errno for it.
@@ -159,12 +171,11 @@ pub fn with_os_error(conn: &Connection, error: anyhow::Error) -> anyhow::Error {
             // number its last failed call left.
             let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
             if errno == 0 {
-                return error;
+                return None;
             }
             std::io::Error::from_raw_os_error(errno)
         }
-    };
-    anyhow::anyhow!("{os} (SQLite: {error})")
+    })
 }
 
 /// "No space left on device" on Linux, macOS and the BSDs.
