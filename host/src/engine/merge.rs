@@ -6,7 +6,7 @@
 
 use crate::config::{Format, Pipeline, part_path};
 use crate::context::Context;
-use crate::services::audit::{self, History};
+use crate::services::audit::{self, History, RowOutcome, RunStatus};
 use rusqlite::{Connection, params};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -83,7 +83,8 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
             .ok_or_else(|| {
                 MergeError::Invalid(format!("{} holds no run of shard {shard}", db.display()))
             })?;
-        if !matches!(run.state(), "completed" | "completed_with_failures") {
+        let finished = [RunStatus::Completed, RunStatus::CompletedWithFailures];
+        if !finished.iter().any(|s| s.as_str() == run.state()) {
             return Err(MergeError::Invalid(format!(
                 "shard {shard} is not finished (run {} in {} is {}); finish it with `weir run {} \
                  --shard {shard} --resume`",
@@ -162,8 +163,8 @@ fn merge_audits(
     copy_rows(&conn, "runs", *first_run, None, (0, 0, 0))?;
     let run_id = conn.last_insert_rowid();
     conn.execute(
-        "UPDATE runs SET status = 'merging' WHERE run_id = ?1",
-        [run_id],
+        "UPDATE runs SET status = ?2 WHERE run_id = ?1",
+        params![run_id, RunStatus::Merging],
     )?;
     for table in ["nodes", "endpoints"] {
         copy_rows(&conn, table, *first_run, Some(run_id), (0, 0, 0))?;
@@ -203,8 +204,8 @@ fn merge_audits(
 /// Deletes what a merge cut short left: a run still `merging`.
 fn clear_cut_merges(conn: &Connection) -> Result<()> {
     let cut: Vec<i64> = conn
-        .prepare("SELECT run_id FROM runs WHERE status = 'merging'")?
-        .query_map([], |r| r.get(0))?
+        .prepare("SELECT run_id FROM runs WHERE status = ?1")?
+        .query_map([RunStatus::Merging], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for run in cut {
         conn.execute_batch("BEGIN;")?;
@@ -285,12 +286,12 @@ fn summarize(conn: &Connection, run_id: i64, parts: &[(PathBuf, i64)], shards: u
         let (outcome, n) = pair?;
         outcomes.insert(outcome, n);
     }
-    let count = |o: &str| outcomes.get(o).copied().unwrap_or(0);
-    let set_aside = count("failed") + count("quarantined") + count("discarded");
+    let count = |o: RowOutcome| outcomes.get(o.as_str()).copied().unwrap_or(0);
+    let set_aside: u64 = RowOutcome::SET_ASIDE.into_iter().map(count).sum();
     let status = if set_aside > 0 {
-        "completed_with_failures"
+        RunStatus::CompletedWithFailures
     } else {
-        "completed"
+        RunStatus::Completed
     };
     let mut started = i64::MAX;
     let mut finished = 0i64;
@@ -316,8 +317,8 @@ fn summarize(conn: &Connection, run_id: i64, parts: &[(PathBuf, i64)], shards: u
             started,
             finished,
             rows,
-            count("completed"),
-            count("failed"),
+            count(RowOutcome::Completed),
+            count(RowOutcome::Failed),
             serde_json::to_string(&outcomes)?,
             serde_json::json!({ "merged_shards": shards }).to_string(),
             format!("merged {shards}")

@@ -6,7 +6,9 @@ use crate::config::BatchMode;
 use crate::runtime::LimitHit;
 use crate::runtime::bindings::{GuestRowError, Outcome};
 use crate::runtime::{Interrupted, RowScope};
-use crate::services::audit::{AuditLog, BatchRecord, Json, NodeStateRecord, Record, now_ms};
+use crate::services::audit::{
+    AuditLog, BatchRecord, Json, NodeStateRecord, NodeStatus, Record, now_ms,
+};
 use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -253,8 +255,8 @@ impl Node {
         started: Instant,
     ) -> NodeStateRecord {
         let (status, error) = match result {
-            Ok(_) => ("completed", None),
-            Err(e) => ("failed", Some(e)),
+            Ok(_) => (NodeStatus::Completed, None),
+            Err(e) => (NodeStatus::Failed, Some(e)),
         };
         NodeStateRecord {
             state_id,

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::AuditError;
+use super::{AuditError, RunStatus};
 
 type Result<T, E = AuditError> = std::result::Result<T, E>;
 
@@ -47,11 +47,10 @@ impl RunInfo {
     /// `running` is only true while a process holds the run; a run left
     /// `running` by a killed process is `interrupted`.
     pub fn state(&self) -> &str {
-        match self.status.as_str() {
-            "running" if self.in_progress => "running",
-            "running" => "interrupted",
-            other => other,
+        if self.status == RunStatus::Running.as_str() && !self.in_progress {
+            return RunStatus::Interrupted.as_str();
         }
+        &self.status
     }
 }
 

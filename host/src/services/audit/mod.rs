@@ -4,6 +4,7 @@
 mod error;
 mod history;
 mod lock;
+mod outcome;
 mod records;
 mod replay;
 mod resume;
@@ -15,6 +16,7 @@ pub use history::{
     BatchStory, CallStory, FinishedState, History, OutcomeStory, RowStory, RunInfo, StateStory,
 };
 pub use lock::RunLock;
+pub use outcome::{NodeStatus, RowOutcome, RunStatus};
 pub use records::*;
 pub use replay::Replay;
 pub use resume::{RecordedRun, RecordedSource, ResumePoint};
@@ -488,7 +490,7 @@ mod tests {
     fn outcome(row_index: u64) -> OutcomeRecord {
         OutcomeRecord {
             row_index,
-            outcome: "completed",
+            outcome: RowOutcome::Completed,
             node_id: None,
             error_code: None,
             error_message: None,
@@ -656,7 +658,7 @@ mod tests {
             row_index: 0,
             node_id: 0,
             attempt: 1,
-            status: "completed",
+            status: NodeStatus::Completed,
             input: Json::Array(vec![ROW.into()]),
             output: Some(Json::Array(vec![ROW.into()])),
             error_code: None,
@@ -802,7 +804,7 @@ mod tests {
         let totals = log.finish(end()).unwrap();
         assert_eq!(totals.rows, 3);
         assert_eq!(totals.without_outcome, vec![1]);
-        assert_eq!(totals.status, "incomplete");
+        assert_eq!(totals.status, RunStatus::Incomplete);
 
         let conn = Connection::open(&path).unwrap();
         let (status, payloads): (String, i64) = conn
@@ -826,7 +828,7 @@ mod tests {
             checkpoints: vec![("out.csv".into(), 50)],
         }));
         let totals = log.finish(end()).unwrap();
-        assert_eq!(totals.status, "completed");
+        assert_eq!(totals.status, RunStatus::Completed);
         assert_eq!(totals.outcomes["completed"], 3);
     }
 }

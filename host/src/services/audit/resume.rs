@@ -8,7 +8,7 @@ use crate::io::FileStamp;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::{HashMap, HashSet};
 
-use super::AuditError;
+use super::{AuditError, RunStatus};
 
 type Result<T, E = AuditError> = std::result::Result<T, E>;
 
@@ -81,7 +81,7 @@ pub fn pick_run(conn: &Connection, run_id: Option<i64>, pipeline_path: &str) -> 
             }
         }
     };
-    if !matches!(status.as_str(), "running" | "incomplete" | "interrupted") {
+    if !RunStatus::parse(&status).is_some_and(RunStatus::is_resumable) {
         return Err(AuditError::Invalid(format!(
             "run {id} already finished ({status}); there is nothing to resume"
         )));
