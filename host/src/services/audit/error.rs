@@ -1,5 +1,6 @@
 //! What can go wrong with an audit database.
 
+use super::{OLDEST_READABLE_VERSION, OLDEST_UPGRADABLE_VERSION, SCHEMA_VERSION};
 use crate::context::Contextual;
 use std::path::PathBuf;
 
@@ -30,6 +31,28 @@ pub enum AuditError {
         #[source]
         source: Box<AuditError>,
     },
+    #[error("there is no audit database at {}", path.display())]
+    NoDatabase { path: PathBuf },
+    #[error("there is no run {run_id} in {}", path.display())]
+    NoRun { run_id: i64, path: PathBuf },
+    /// Another process holds the run's lock file.
+    #[error("run {run_id} is in progress in another weir process (it holds {})", lock.display())]
+    InProgress { run_id: i64, lock: PathBuf },
+    #[error(
+        "the audit database {} has schema version {version}; this weir reads versions \
+         {OLDEST_READABLE_VERSION} to {SCHEMA_VERSION}",
+        path.display()
+    )]
+    Unreadable { path: PathBuf, version: i64 },
+    #[error(
+        "the audit database {} has schema version {version}, this weir writes version \
+         {SCHEMA_VERSION} and can upgrade versions {OLDEST_UPGRADABLE_VERSION} and later; \
+         move it aside or set `audit.path` to a new file",
+        path.display()
+    )]
+    NotUpgradable { path: PathBuf, version: i64 },
+    #[error("the audit database {} can no longer be written: its writer stopped", path.display())]
+    WriterGone { path: PathBuf },
     #[error("the audit writer had already stopped")]
     WriterStopped,
     /// Why the writer stopped, as it left it: the file and the operating

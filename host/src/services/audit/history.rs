@@ -128,20 +128,18 @@ pub struct OutcomeStory {
 impl History {
     pub fn open(path: &Path) -> Result<Self> {
         if !path.exists() {
-            return Err(AuditError::Invalid(format!(
-                "there is no audit database at {}",
-                path.display()
-            )));
+            return Err(AuditError::NoDatabase {
+                path: path.to_path_buf(),
+            });
         }
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("cannot open the audit database {}", path.display()))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if !(OLDEST_READABLE_VERSION..=SCHEMA_VERSION).contains(&version) {
-            return Err(AuditError::Invalid(format!(
-                "the audit database {} has schema version {version}; this weir reads versions \
-                 {OLDEST_READABLE_VERSION} to {SCHEMA_VERSION}",
-                path.display()
-            )));
+            return Err(AuditError::Unreadable {
+                path: path.to_path_buf(),
+                version,
+            });
         }
         Ok(Self {
             conn,
@@ -170,10 +168,10 @@ impl History {
             )
             .optional()?;
         let Some((status, pipeline_path, started_at_ms, finished_at_ms, shard)) = found else {
-            return Err(AuditError::Invalid(format!(
-                "there is no run {run_id} in {}",
-                self.path.display()
-            )));
+            return Err(AuditError::NoRun {
+                run_id,
+                path: self.path.clone(),
+            });
         };
         let count =
             |sql: &str| -> Result<u64> { Ok(self.conn.query_row(sql, [run_id], |r| r.get(0))?) };

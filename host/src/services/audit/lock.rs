@@ -33,10 +33,7 @@ impl RunLock {
                 }
                 Ok(Self { path, _file: file })
             }
-            Err(TryLockError::WouldBlock) => Err(AuditError::Invalid(format!(
-                "run {run_id} is in progress in another weir process (it holds {})",
-                path.display()
-            ))),
+            Err(TryLockError::WouldBlock) => Err(AuditError::InProgress { run_id, lock: path }),
             Err(TryLockError::Error(e)) => Err(e)
                 .with_context(|| format!("cannot lock {}", path.display()))
                 .map_err(AuditError::from),

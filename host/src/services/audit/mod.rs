@@ -83,10 +83,9 @@ impl AuditLog {
         payloads: bool,
     ) -> Result<(Self, ResumePoint)> {
         if !path.exists() {
-            return Err(AuditError::Invalid(format!(
-                "there is no audit database at {}",
-                path.display()
-            )));
+            return Err(AuditError::NoDatabase {
+                path: path.to_path_buf(),
+            });
         }
         let conn = open_database(path)?;
         let run_id = resume::pick_run(&conn, run_id, pipeline_path)?;
@@ -186,10 +185,9 @@ impl AuditLog {
             return Err(AuditError::WriterFailed(cause));
         }
         if self.broken.load(Ordering::Relaxed) {
-            return Err(AuditError::Invalid(format!(
-                "the audit database {} can no longer be written: its writer stopped",
-                self.path.display()
-            )));
+            return Err(AuditError::WriterGone {
+                path: self.path.clone(),
+            });
         }
         Ok(())
     }
@@ -416,12 +414,10 @@ fn upgrade_schema(conn: &Connection, path: &Path) -> Result<()> {
             return Ok(());
         }
         let Some((_, sql)) = MIGRATIONS.iter().find(|(from, _)| *from == version) else {
-            return Err(AuditError::Invalid(format!(
-                "the audit database {} has schema version {version}, this weir writes version \
-                 {SCHEMA_VERSION} and can upgrade versions {OLDEST_UPGRADABLE_VERSION} and later; \
-                 move it aside or set `audit.path` to a new file",
-                path.display()
-            )));
+            return Err(AuditError::NotUpgradable {
+                path: path.to_path_buf(),
+                version,
+            });
         };
         tx.execute_batch(sql).with_context(|| {
             format!(
