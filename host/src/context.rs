@@ -49,3 +49,21 @@ pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_print_the_context_then_the_operating_systems_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.txt");
+        let error = std::fs::read_to_string(&missing)
+            .with_context(|| format!("cannot read {}", missing.display()))
+            .unwrap_err();
+        assert_eq!(error.source.kind(), std::io::ErrorKind::NotFound);
+        let context = format!("cannot read {}", missing.display());
+        assert_eq!(error.to_string(), context);
+        assert_eq!(causes(&error), format!("{context}: {}", error.source));
+    }
+}

@@ -125,3 +125,28 @@ macro_rules! stored_as_name {
 }
 
 stored_as_name!(RowOutcome, NodeStatus, RunStatus);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_stored_as_their_names_and_read_back() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let stored: String = conn
+            .query_row("SELECT ?1", [RunStatus::CompletedWithFailures], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(stored, "completed_with_failures");
+        assert_eq!(
+            RunStatus::parse(&stored),
+            Some(RunStatus::CompletedWithFailures)
+        );
+        assert_eq!(RunStatus::parse("no such status"), None);
+        let outcome: String = conn
+            .query_row("SELECT ?1", [RowOutcome::ConsumedInBatch], |r| r.get(0))
+            .unwrap();
+        assert_eq!(outcome, "consumed_in_batch");
+    }
+}
