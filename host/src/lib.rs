@@ -20,9 +20,21 @@
 //! - [`config`], [`io`], [`types`], [`hashing`], [`terminal`]: the pipeline
 //!   file, row readers and writers, shared data, and text made safe to print,
 //!   from the `weir-formats` crate.
+//!
+//! Errors are typed at each area's boundary, with `thiserror`: one enum per
+//! area ([`engine::RunError`] and [`engine::MergeError`],
+//! [`services::audit::AuditError`], [`services::batch::BatchError`],
+//! [`services::executor::EndpointError`], [`services::cache::CacheError`],
+//! [`runtime::LoadError`], [`fixtures::FixturesError`],
+//! [`authoring::BuildError`]), whose variants hold the errors of the areas
+//! below as their `source`. An operating system, SQLite or JSON error gets
+//! what weir was doing through [`context::Context`], so every message says
+//! where and its causes still say why. Only [`cli`] turns them into
+//! `anyhow` errors, to print them with their causes.
 
 pub mod authoring;
 pub mod cli;
+pub mod context;
 pub mod engine;
 pub mod fixtures;
 pub mod runtime;

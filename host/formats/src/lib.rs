@@ -8,6 +8,12 @@
 //! - [`http_headers`]: the waits an endpoint's response headers ask for.
 //! - [`terminal`]: text from guests and endpoints made safe to print.
 //! - [`yaml`]: YAML read within bounds, its errors located.
+//!
+//! Errors are typed, one enum per kind of file: [`config::ConfigError`],
+//! [`io::SourceError`], [`io::SinkError`] and [`yaml::YamlError`]. Their
+//! messages start with the file, and the line (and column) when known; an
+//! operating system's error is kept as the `source` of the one that names
+//! the file.
 
 pub mod config;
 pub mod fixtures;

@@ -11,22 +11,38 @@
 //! has: `yes`, `off`, `012` and `1_000` stay strings, so a label list such as
 //! `[yes, no]` reaches the component as written.
 
-use anyhow::anyhow;
 use serde::de::DeserializeOwned;
 use serde_saphyr::budget::{Budget, BudgetBreach};
 use serde_saphyr::localizer::Localizer;
 use serde_saphyr::{Error, Location, MessageFormatter, UserMessageFormatter};
 use std::borrow::Cow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A YAML document weir could not read or write.
+#[derive(Debug, thiserror::Error)]
+pub enum YamlError {
+    /// The parser knows where: `PATH:LINE:COLUMN: message`.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    At {
+        path: PathBuf,
+        line: u64,
+        column: u64,
+        message: String,
+    },
+    #[error("{}: {message}", path.display())]
+    InFile { path: PathBuf, message: String },
+    #[error(transparent)]
+    Write(#[from] serde_saphyr::SerializeError),
+}
 
 /// `text` as a `T`, or an error that starts `PATH:LINE:COLUMN:` when the
 /// parser knows where the problem is.
-pub fn from_str<T: DeserializeOwned>(path: &Path, text: &str) -> anyhow::Result<T> {
+pub fn from_str<T: DeserializeOwned>(path: &Path, text: &str) -> Result<T, YamlError> {
     serde_saphyr::from_str_with_options(text, options()).map_err(|e| located(path, &e))
 }
 
 /// `value` as YAML, for the files weir writes (recorded fixtures).
-pub fn to_string<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, YamlError> {
     Ok(serde_saphyr::to_string(value)?)
 }
 
@@ -41,19 +57,22 @@ fn options() -> serde_saphyr::Options {
     }
 }
 
-fn located(path: &Path, err: &Error) -> anyhow::Error {
+fn located(path: &Path, err: &Error) -> YamlError {
     let message = err.render_with_options(serde_saphyr::render_options! {
         formatter: &Plain,
         snippets: serde_saphyr::SnippetMode::Off,
     });
     match err.location() {
-        Some(at) if at != Location::UNKNOWN => anyhow!(
-            "{}:{}:{}: {message}",
-            path.display(),
-            at.line(),
-            at.column()
-        ),
-        _ => anyhow!("{}: {message}", path.display()),
+        Some(at) if at != Location::UNKNOWN => YamlError::At {
+            path: path.to_path_buf(),
+            line: at.line(),
+            column: at.column(),
+            message,
+        },
+        _ => YamlError::InFile {
+            path: path.to_path_buf(),
+            message,
+        },
     }
 }
 
@@ -126,7 +145,7 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    fn parse(text: &str) -> anyhow::Result<Value> {
+    fn parse(text: &str) -> Result<Value, YamlError> {
         from_str(Path::new("f.yaml"), text)
     }
 

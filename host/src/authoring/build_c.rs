@@ -2,9 +2,14 @@
 //! every `.c` file compiled by clang for `wasm32-wasi` as a reactor, then
 //! made a component.
 
-use anyhow::{Context, Result, anyhow, bail};
+use crate::context::Context;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use super::BuildError;
+use super::error::tool;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 pub fn build(dir: &Path, work: &Path) -> Result<Vec<u8>> {
     let gen_dir = work.join("gen");
@@ -40,12 +45,17 @@ pub fn build(dir: &Path, work: &Path) -> Result<Vec<u8>> {
 
 fn generate_bindings(gen_dir: &Path) -> Result<()> {
     let mut resolve = wit_parser::Resolve::default();
-    let package = resolve.push_str("transform.wit", super::CONTRACT_WIT)?;
-    let world = resolve.select_world(&[package], Some("node"))?;
+    let package = resolve
+        .push_str("transform.wit", super::CONTRACT_WIT)
+        .map_err(tool)?;
+    let world = resolve
+        .select_world(&[package], Some("node"))
+        .map_err(tool)?;
     let mut files = wit_bindgen_core::Files::default();
     wit_bindgen_c::Opts::default()
         .build()
-        .generate(&mut resolve, world, &mut files)?;
+        .generate(&mut resolve, world, &mut files)
+        .map_err(tool)?;
     std::fs::create_dir_all(gen_dir)?;
     for (name, bytes) in files.iter() {
         std::fs::write(gen_dir.join(name), bytes)?;
@@ -65,10 +75,11 @@ fn find_clang() -> Result<(PathBuf, Option<PathBuf>)> {
             return Ok((PathBuf::from(clang), None));
         }
     }
-    bail!(
+    Err(BuildError::Invalid(
         "no clang was found. Install wasi-sdk and set WASI_SDK_PATH, or on Debian 12:\n  \
          apt-get install clang-16 lld-16 wasi-libc libclang-rt-16-dev-wasm32"
-    )
+            .into(),
+    ))
 }
 
 /// The guest's `.c` files and the folders of its headers, leaving out what
@@ -77,7 +88,9 @@ fn collect(dir: &Path, sources: &mut Vec<PathBuf>, include_dirs: &mut Vec<PathBu
     let mut has_header = false;
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
-        let name = path.file_name().ok_or_else(|| anyhow!("odd path"))?;
+        let name = path
+            .file_name()
+            .ok_or_else(|| BuildError::Invalid(format!("{} has no file name", path.display())))?;
         if path.is_dir() {
             if !matches!(
                 name.to_str(),

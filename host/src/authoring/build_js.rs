@@ -8,9 +8,13 @@
 //! the `weir` export condition, under which `weir-sdk` reaches the host
 //! through the contract's imports; the `weir:` imports stay imports.
 
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
 use std::path::Path;
 use std::process::Command;
+
+use super::BuildError;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 /// Every WASI feature is left out, so the component imports only the contract.
 const SCRIPT: &str = r#"
@@ -41,16 +45,19 @@ await writeFile(out, component);
 
 pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
     if !super::toolchain::which("node") {
-        bail!("node was not found on PATH; JavaScript guests are built with Node.js 18 or newer");
+        return Err(BuildError::Invalid(
+            "node was not found on PATH; JavaScript guests are built with Node.js 18 or newer"
+                .into(),
+        ));
     }
     if !dir
         .join("node_modules/@bytecodealliance/componentize-js")
         .is_dir()
     {
-        bail!(
+        return Err(BuildError::Invalid(format!(
             "ComponentizeJS is not installed in {}: run `npm install` there",
             dir.display()
-        );
+        )));
     }
     let source = dir.join("transform.js");
     let text = std::fs::read_to_string(&source)
@@ -58,13 +65,13 @@ pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
     let bundle = if dir.join("node_modules/rolldown").is_dir() {
         Some(work.join("bundle.js"))
     } else if let Some(module) = foreign_import(&text) {
-        bail!(
+        return Err(BuildError::Invalid(format!(
             "{} imports `{module}`, so it must be bundled first, with rolldown, which is not \
              installed in {}: add `\"rolldown\": \"1.3.2\"` to devDependencies in package.json \
              and run `npm install`",
             source.display(),
             dir.display()
-        );
+        )));
     } else {
         None
     };

@@ -2,17 +2,20 @@
 //! a Python interpreter. The guest's WASI imports are satisfied by weir's
 //! sealed WASI (no files, clocks stopped, fixed randomness).
 
-use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::BuildError;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
+
 pub fn build(dir: &Path, wit_dir: &Path, work: &Path) -> Result<Vec<u8>> {
     let Some(tool) = componentize_py(dir) else {
-        bail!(
+        return Err(BuildError::Invalid(format!(
             "componentize-py was not found on PATH or in {}/.venv. Install it with:\n  \
              python3 -m venv .venv && .venv/bin/pip install -r requirements.txt",
             dir.display()
-        );
+        )));
     };
     let out = work.join("component.wasm");
     let mut command = Command::new(tool);

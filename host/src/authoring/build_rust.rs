@@ -2,9 +2,13 @@
 //! whichever toolchain this machine has, then made a component.
 
 use super::toolchain::Toolchain;
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
 use std::path::Path;
 use std::process::Stdio;
+
+use super::BuildError;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 pub fn build(dir: &Path) -> Result<Vec<u8>> {
     let toolchain = Toolchain::detect()?;
@@ -19,7 +23,10 @@ pub fn build(dir: &Path) -> Result<Vec<u8>> {
         .context("could not start cargo")?
         .wait_with_output()?;
     if !output.status.success() {
-        bail!("cargo build failed ({})", output.status);
+        return Err(BuildError::Invalid(format!(
+            "cargo build failed ({})",
+            output.status
+        )));
     }
     let core_path = String::from_utf8_lossy(&output.stdout)
         .lines()
@@ -41,9 +48,10 @@ pub fn build(dir: &Path) -> Result<Vec<u8>> {
         })
         .next_back();
     let Some(core_path) = core_path else {
-        bail!(
+        return Err(BuildError::Invalid(
             "cargo built no .wasm library: the crate needs `crate-type = [\"cdylib\"]` under [lib]"
-        );
+                .to_string(),
+        ));
     };
     let core = std::fs::read(&core_path).with_context(|| format!("reading {core_path}"))?;
     super::componentize(&core)

@@ -7,15 +7,19 @@ mod build_js;
 mod build_python;
 mod build_rust;
 mod componentize;
+mod error;
 mod scaffold;
 pub mod toolchain;
 
 pub use componentize::componentize;
+pub use error::{BuildError, ToolError};
 pub use scaffold::{Language, new_guest};
 
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 /// The contract new guests build against: the newest this host runs.
 pub const CONTRACT_VERSION: &str = "0.2.0";
@@ -26,7 +30,10 @@ pub const CONTRACT_WIT: &str = include_str!("../../../wit/0.2.0/transform.wit");
 pub fn build(dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let dir = std::path::absolute(dir)?;
     if !dir.is_dir() {
-        bail!("{} is not a folder", dir.display());
+        return Err(BuildError::Invalid(format!(
+            "{} is not a folder",
+            dir.display()
+        )));
     }
     let language = Language::of(&dir)?;
     let name = dir
@@ -66,7 +73,7 @@ fn run(mut command: Command, what: &str) -> Result<()> {
         .status()
         .with_context(|| format!("could not start {what} ({:?})", command.get_program()))?;
     if !status.success() {
-        bail!("{what} failed ({status})");
+        return Err(BuildError::Invalid(format!("{what} failed ({status})")));
     }
     Ok(())
 }

@@ -2,8 +2,12 @@
 //! out of the box. The templates are the example guests in
 //! `examples/guests/`, so what CI builds and tests is what users get.
 
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
 use std::path::{Path, PathBuf};
+
+use super::BuildError;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Language {
@@ -56,11 +60,11 @@ impl Language {
         if has_c {
             return Ok(Language::C);
         }
-        bail!(
+        Err(BuildError::Invalid(format!(
             "{} holds no guest: expected Cargo.toml (Rust), package.json (JavaScript), \
              app.py (Python) or .c files (C)",
             dir.display()
-        )
+        )))
     }
 
     /// The commands that install a new guest's toolchain and SDK and run
@@ -148,21 +152,23 @@ impl Language {
 /// Writes a new `language` guest into the folder `path` (which must not
 /// exist), named after the folder.
 pub fn new_guest(language: Language, path: &Path) -> Result<PathBuf> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .context("give the new guest's folder, e.g. `my-topic`")?;
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        BuildError::Invalid("give the new guest's folder, e.g. `my-topic`".into())
+    })?;
     if !name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
         || !name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
     {
-        bail!(
+        return Err(BuildError::Invalid(format!(
             "`{name}`: a guest name starts with a lowercase letter and has only a-z, 0-9, - and _"
-        );
+        )));
     }
     if path.exists() {
-        bail!("{} already exists", path.display());
+        return Err(BuildError::Invalid(format!(
+            "{} already exists",
+            path.display()
+        )));
     }
     debug_assert!(
         COMMON
@@ -215,11 +221,11 @@ fn with_local_sdk(text: &str, example_dep: &str, sdk: &str) -> Result<String> {
         .ok()
         .filter(|d| d.join("pyproject.toml").is_file() || d.join("package.json").is_file());
     let Some(dir) = found else {
-        bail!(
+        return Err(BuildError::Invalid(format!(
             "the {sdk} SDK is not at {}, in the source tree this weir was built from; \
              install weir from a checkout of weir that has sdk/{sdk} (`cargo install --path host`)",
             dir.display()
-        );
+        )));
     };
     let dependency = match sdk {
         "js" => format!("file:{}", dir.display()),

@@ -4,9 +4,12 @@
 //! rustup cannot download targets, Debian's `rustc-web` with `rust-web-src`
 //! builds the standard library from source instead (`-Zbuild-std`).
 
-use anyhow::{Result, bail};
 use std::path::Path;
 use std::process::Command;
+
+use super::BuildError;
+
+type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 pub const TARGET: &str = "wasm32-unknown-unknown";
 
@@ -26,11 +29,11 @@ impl Toolchain {
         {
             return Ok(Toolchain::DebianBuildStd);
         }
-        bail!(
+        Err(BuildError::Invalid(format!(
             "no Rust toolchain for {TARGET} was found. Install one of:\n  \
              rustup target add {TARGET}\n  \
              apt-get install rustc-web cargo-web rust-web-src lld-16   (Debian 12)"
-        )
+        )))
     }
 
     pub fn describe(&self) -> &'static str {

@@ -247,7 +247,7 @@ impl Database {
             return Ok(path.clone());
         }
         if let Some(pipeline) = &self.pipeline {
-            return config::audit_path_of(pipeline);
+            return Ok(config::audit_path_of(pipeline)?);
         }
         Ok(PathBuf::from(config::AUDIT_FILE_NAME))
     }

@@ -3,8 +3,11 @@
 
 use super::setup::Node;
 use crate::config::{BatchMode, PipelineFile};
-use anyhow::Result;
 use std::sync::Arc;
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// The fields after the last node, in order (`None` when the source does not
 /// say its fields up front, as with JSON Lines). A node whose output field is
@@ -42,7 +45,8 @@ pub fn through_nodes(
                          rename the output (e.g. `response_field` or the query's outputs)",
                         node.config.name
                     ),
-                ));
+                )
+                .into());
             }
             known.push(field.clone());
         }

@@ -9,11 +9,14 @@ use super::setup::Prepared;
 use super::stage::Flow;
 use crate::config::OnError;
 use crate::io;
-use crate::services::audit::{AuditLog, CommitRecord, OutcomeRecord, Record};
+use crate::services::audit::{AuditLog, CommitRecord, OutcomeRecord, Record, RowOutcome};
 use crate::services::stop::RunStop;
-use anyhow::Result;
 use futures::stream::{BoxStream, StreamExt};
 use std::time::Duration;
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Finished rows are committed to the audit trail, together with how far the
 /// sinks hold them, in groups of at most this many rows …
@@ -165,10 +168,10 @@ fn write_flow(
             for (k, &row_index) in flow.members.iter().enumerate() {
                 let outcome = if consumed {
                     report.rows_consumed += 1;
-                    "consumed_in_batch"
+                    RowOutcome::ConsumedInBatch
                 } else {
                     report.rows_completed += 1;
-                    "completed"
+                    RowOutcome::Completed
                 };
                 outcomes.push(OutcomeRecord {
                     row_index,
@@ -190,11 +193,11 @@ fn write_flow(
             let (outcome, error_sink) = match on_error {
                 OnError::Fail => {
                     report.rows_failed += flow.members.len() as u64;
-                    ("failed", None)
+                    (RowOutcome::Failed, None)
                 }
                 OnError::Discard => {
                     report.rows_discarded += flow.members.len() as u64;
-                    ("discarded", None)
+                    (RowOutcome::Discarded, None)
                 }
                 OnError::Quarantine(i) => {
                     let rows = quarantine::rows(&failure, &flow.members, node_name.as_deref());
@@ -202,7 +205,7 @@ fn write_flow(
                         outputs.error_sinks[i].write(row)?;
                     }
                     report.rows_quarantined += flow.members.len() as u64;
-                    ("quarantined", Some(outputs.error_sink_path(i)))
+                    (RowOutcome::Quarantined, Some(outputs.error_sink_path(i)))
                 }
             };
             for &row_index in &flow.members {

@@ -5,11 +5,15 @@
 //! unfinished, and touches nothing then.
 
 use crate::config::{Format, Pipeline, part_path};
-use crate::services::audit::{self, History};
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
+use crate::services::audit::{self, History, RowOutcome, RunStatus};
 use rusqlite::{Connection, params};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+
+use super::MergeError;
+
+type Result<T, E = MergeError> = std::result::Result<T, E>;
 
 pub struct Merged {
     pub run_id: i64,
@@ -35,7 +39,7 @@ const TABLES: &[&str] = &[
 
 pub fn merge(pipeline: &Pipeline, shards: u32) -> Result<Merged> {
     if shards == 0 {
-        bail!("--shards must be at least 1");
+        return Err(MergeError::Invalid("--shards must be at least 1".into()));
     }
     let parts = check_parts(pipeline, shards)?;
     let mut sinks = Vec::new();
@@ -64,11 +68,11 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
         let shard = format!("{index}/{shards}");
         let db = part_path(&pipeline.audit_path, index, shards);
         if !db.exists() {
-            bail!(
+            return Err(MergeError::Invalid(format!(
                 "shard {shard} has not run: there is no {}; run it with `weir run {} --shard {shard}`",
                 db.display(),
                 pipeline.file.path.display()
-            );
+            )));
         }
         let history = History::open(&db)?;
         let run = history
@@ -76,24 +80,27 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
             .into_iter()
             .rev()
             .find(|r| r.shard.as_deref() == Some(shard.as_str()))
-            .with_context(|| format!("{} holds no run of shard {shard}", db.display()))?;
-        if !matches!(run.state(), "completed" | "completed_with_failures") {
-            bail!(
+            .ok_or_else(|| {
+                MergeError::Invalid(format!("{} holds no run of shard {shard}", db.display()))
+            })?;
+        let finished = [RunStatus::Completed, RunStatus::CompletedWithFailures];
+        if !finished.iter().any(|s| s.as_str() == run.state()) {
+            return Err(MergeError::Invalid(format!(
                 "shard {shard} is not finished (run {} in {} is {}); finish it with `weir run {} \
                  --shard {shard} --resume`",
                 run.run_id,
                 db.display(),
                 run.state(),
                 pipeline.file.path.display()
-            );
+            )));
         }
         for sink in pipeline.sinks.iter().chain(&pipeline.error_sinks) {
             let piece = part_path(&sink.path, index, shards);
             if !piece.exists() {
-                bail!(
+                return Err(MergeError::Invalid(format!(
                     "shard {shard} finished but its part {} is missing",
                     piece.display()
-                );
+                )));
             }
         }
         parts.push((db, run.run_id));
@@ -156,8 +163,8 @@ fn merge_audits(
     copy_rows(&conn, "runs", *first_run, None, (0, 0, 0))?;
     let run_id = conn.last_insert_rowid();
     conn.execute(
-        "UPDATE runs SET status = 'merging' WHERE run_id = ?1",
-        [run_id],
+        "UPDATE runs SET status = ?2 WHERE run_id = ?1",
+        params![run_id, RunStatus::Merging],
     )?;
     for table in ["nodes", "endpoints"] {
         copy_rows(&conn, table, *first_run, Some(run_id), (0, 0, 0))?;
@@ -197,8 +204,8 @@ fn merge_audits(
 /// Deletes what a merge cut short left: a run still `merging`.
 fn clear_cut_merges(conn: &Connection) -> Result<()> {
     let cut: Vec<i64> = conn
-        .prepare("SELECT run_id FROM runs WHERE status = 'merging'")?
-        .query_map([], |r| r.get(0))?
+        .prepare("SELECT run_id FROM runs WHERE status = ?1")?
+        .query_map([RunStatus::Merging], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for run in cut {
         conn.execute_batch("BEGIN;")?;
@@ -279,12 +286,12 @@ fn summarize(conn: &Connection, run_id: i64, parts: &[(PathBuf, i64)], shards: u
         let (outcome, n) = pair?;
         outcomes.insert(outcome, n);
     }
-    let count = |o: &str| outcomes.get(o).copied().unwrap_or(0);
-    let set_aside = count("failed") + count("quarantined") + count("discarded");
+    let count = |o: RowOutcome| outcomes.get(o.as_str()).copied().unwrap_or(0);
+    let set_aside: u64 = RowOutcome::SET_ASIDE.into_iter().map(count).sum();
     let status = if set_aside > 0 {
-        "completed_with_failures"
+        RunStatus::CompletedWithFailures
     } else {
-        "completed"
+        RunStatus::Completed
     };
     let mut started = i64::MAX;
     let mut finished = 0i64;
@@ -310,8 +317,8 @@ fn summarize(conn: &Connection, run_id: i64, parts: &[(PathBuf, i64)], shards: u
             started,
             finished,
             rows,
-            count("completed"),
-            count("failed"),
+            count(RowOutcome::Completed),
+            count(RowOutcome::Failed),
             serde_json::to_string(&outcomes)?,
             serde_json::json!({ "merged_shards": shards }).to_string(),
             format!("merged {shards}")

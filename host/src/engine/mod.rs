@@ -3,6 +3,7 @@
 
 mod columns;
 mod drain;
+mod error;
 mod merge;
 mod ordered;
 mod progress;
@@ -20,12 +21,12 @@ pub(crate) use setup::Node;
 pub(crate) use stage::Flow;
 
 use crate::config::{Format, Pipeline};
+use crate::context::causes;
 use crate::hashing;
 use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, Record, ResumePoint, RowRecord, RunEnd};
 use crate::services::executor::RunControls;
 use crate::services::stop::RunStop;
-use anyhow::{Context, Result};
 use futures::stream::{self, BoxStream, StreamExt};
 use ordered::OrderedWindowExt;
 use resume::SourceCheck;
@@ -34,6 +35,10 @@ use stage::Failure;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+pub use error::{MergeError, RunError};
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Rows read ahead of the first node, so a slow disk never starves it.
 const READ_AHEAD: usize = 1024;
@@ -80,7 +85,8 @@ pub async fn cancel_batches(
     run_id: i64,
     batches: &[(String, String)],
 ) -> Result<()> {
-    crate::services::batch::cancel(&pipeline.endpoints, audit_path, run_id, batches).await
+    crate::services::batch::cancel(&pipeline.endpoints, audit_path, run_id, batches).await?;
+    Ok(())
 }
 
 /// The pipeline file's absolute path: how the audit trail knows a run's
@@ -103,14 +109,16 @@ fn open_audit(
             .iter()
             .find(|(_, e)| e.mode == crate::config::EndpointMode::Batch)
     {
-        anyhow::bail!(
+        return Err(RunError::Invalid(format!(
             "endpoint `{name}` is in batch mode, which keeps its requests and the provider's \
              batches in the audit trail; drop --no-audit"
-        );
+        )));
     }
     match (&options.resume, options.audit) {
         (None, false) => Ok((None, None)),
-        (Some(_), false) => anyhow::bail!("a run is resumed from its audit trail; drop --no-audit"),
+        (Some(_), false) => Err(RunError::Invalid(
+            "a run is resumed from its audit trail; drop --no-audit".into(),
+        )),
         (None, true) => {
             let run = NewRun {
                 pipeline_path: pipeline_key(pipeline),
@@ -130,7 +138,10 @@ fn open_audit(
                 &pipeline_key(pipeline),
                 pipeline.audit_payloads,
             )
-            .with_context(|| format!("cannot resume from {}", path.display()))?;
+            .map_err(|source| RunError::Resume {
+                path: path.clone(),
+                source,
+            })?;
             Ok((Some(Arc::new(audit)), Some(point)))
         }
     }
@@ -197,7 +208,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             stamp,
             content_hash,
         };
-        anyhow::Ok((prepared, source, columns))
+        Ok::<_, RunError>((prepared, source, columns))
     }
     .await;
     let (prepared, source, columns) = match set_up {
@@ -312,8 +323,8 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         for sink in all_sinks {
             if let Err(e) = sink.finish() {
                 return Err(match &audit {
-                    Some(audit) => stopped_run(e, audit, &pipeline),
-                    None => e,
+                    Some(audit) => stopped_run(e.into(), audit, &pipeline),
+                    None => e.into(),
                 });
             }
         }
@@ -354,8 +365,8 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         .collect();
     drop(prepared);
     if let Some(audit) = audit {
-        let audit =
-            Arc::try_unwrap(audit).map_err(|_| anyhow::anyhow!("the audit log is still in use"))?;
+        let audit = Arc::try_unwrap(audit)
+            .map_err(|_| RunError::Invalid("the audit log is still in use".into()))?;
         report.calls_replayed = audit.replay().map_or(0, |r| r.used());
         let (run_id, audit_path) = (audit.run_id(), audit.path().to_path_buf());
         let totals = audit
@@ -371,16 +382,17 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             .map_err(|e| {
                 // Every row is written and committed; only the run's end is
                 // not recorded, and a resume records it.
-                anyhow::anyhow!(
-                    "run {run_id} wrote its rows but could not record its end: {e:#}\n\
+                RunError::Stopped(format!(
+                    "run {run_id} wrote its rows but could not record its end: {}\n\
                      kept: the rows, with their outcome in the audit trail {}\n\
                      once the cause is fixed, `{}` ends the run",
+                    causes(&e),
                     audit_path.display(),
                     resume_command(&pipeline)
-                )
+                ))
             })?;
         if totals.without_outcome_count > 0 && report.stopped.is_none() {
-            anyhow::bail!(
+            return Err(RunError::Invalid(format!(
                 "run {}: {} source rows ended without a terminal outcome (rows {:?}…). This is a \
                  bug in weir: please report it. The run is marked incomplete; `weir run {} \
                  --resume` processes those rows again",
@@ -388,7 +400,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
                 totals.without_outcome_count,
                 totals.without_outcome,
                 pipeline.file.path.display()
-            );
+            )));
         }
         report.totals = Some(totals);
     }
@@ -424,13 +436,13 @@ fn resume_command(pipeline: &Pipeline) -> String {
 /// What a run stopped by an error says: the cause (naming the file and the
 /// operating system's error when a write failed), what was kept, and how to
 /// carry the run on.
-fn stopped_run(error: anyhow::Error, audit: &AuditLog, pipeline: &Pipeline) -> anyhow::Error {
+fn stopped_run(error: RunError, audit: &AuditLog, pipeline: &Pipeline) -> RunError {
     let rows = match audit.committed_outcomes() {
         Some(1) => "1 row".to_string(),
         Some(n) => format!("{n} rows"),
         None => "the rows".to_string(),
     };
-    let mut error = format!("{error:#}");
+    let mut error = causes(&error);
     // The disk that took a sink can take the audit database with it.
     if let Some(audit_failure) = audit.failure()
         && !error.contains(&audit_failure)
@@ -443,7 +455,7 @@ fn stopped_run(error: anyhow::Error, audit: &AuditLog, pipeline: &Pipeline) -> a
     } else {
         "once the cause is fixed"
     };
-    anyhow::anyhow!(
+    RunError::Stopped(format!(
         "run {} stopped: {error}\n\
          kept: {rows}, with their outcome in the audit trail {} and their output in the sink \
          files up to their last checkpoint\n\
@@ -451,7 +463,7 @@ fn stopped_run(error: anyhow::Error, audit: &AuditLog, pipeline: &Pipeline) -> a
         audit.run_id(),
         audit.path().display(),
         resume_command(pipeline)
-    )
+    ))
 }
 
 /// The source a run reads, with what the audit trail records of the file.
@@ -463,11 +475,11 @@ struct Source {
 }
 
 /// Records a run that could not start as such, so it never shows as running.
-fn mark_failed_to_start(audit: Arc<AuditLog>, error: &anyhow::Error) {
+fn mark_failed_to_start(audit: Arc<AuditLog>, error: &RunError) {
     match Arc::try_unwrap(audit) {
         Ok(audit) => {
-            if let Err(e) = audit.failed_to_start(&format!("{error:#}")) {
-                tracing::warn!("cannot record that the run failed to start: {e:#}");
+            if let Err(e) = audit.failed_to_start(&causes(error)) {
+                tracing::warn!("cannot record that the run failed to start: {}", causes(&e));
             }
         }
         Err(_) => tracing::warn!("cannot record that the run failed to start: still in use"),
@@ -484,7 +496,7 @@ fn read_source(
     range: std::ops::Range<u64>,
     audit: Option<Arc<AuditLog>>,
     check: Option<SourceCheck>,
-    failure: Arc<Mutex<Option<anyhow::Error>>>,
+    failure: Arc<Mutex<Option<RunError>>>,
     stop: Arc<RunStop>,
 ) -> BoxStream<'static, Flow> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Flow>(READ_AHEAD);

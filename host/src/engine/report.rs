@@ -1,6 +1,6 @@
 //! What a run reports when it ends.
 
-use crate::services::audit::Totals;
+use crate::services::audit::{RowOutcome, Totals};
 use crate::services::batch::BatchStats;
 use crate::services::executor::StatsSnapshot;
 use crate::services::stop::StopReason;
@@ -145,9 +145,9 @@ impl RunReport {
     pub fn rejected_in_run(&self) -> u64 {
         let this_segment = self.rows_failed + self.rows_quarantined + self.rows_discarded;
         self.totals.as_ref().map_or(this_segment, |t| {
-            ["failed", "quarantined", "discarded"]
+            RowOutcome::SET_ASIDE
                 .iter()
-                .filter_map(|o| t.outcomes.get(*o))
+                .filter_map(|o| t.outcomes.get(o.as_str()))
                 .sum()
         })
     }

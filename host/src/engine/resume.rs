@@ -3,12 +3,16 @@
 
 use super::setup::Prepared;
 use crate::config::Pipeline;
+use crate::context::Context;
 use crate::hashing;
 use crate::io::FileStamp;
 use crate::services::audit::{RecordedRun, RecordedSource, ResumePoint, SinkPaths, utc};
-use anyhow::{Context, Result, bail};
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// A file as the audit trail names it: absolute, with every directory that
 /// exists resolved, so a run is known by the same names whatever directory
@@ -154,12 +158,12 @@ pub fn check_unchanged(
         }
     }
     if !changes.is_empty() {
-        bail!(
+        return Err(RunError::Invalid(format!(
             "run {} cannot be resumed: the pipeline changed since it started:\n  - {}\n\
              Undo the change to resume, or start a new run with `weir run`",
             run.run_id,
             changes.join("\n  - ")
-        );
+        )));
     }
     Ok(renames)
 }
@@ -217,14 +221,14 @@ pub fn check_source(run: &RecordedRun, path: &Path, allow_changed: bool) -> Resu
     if allow_changed {
         return Ok(Some(described));
     }
-    bail!(
+    Err(RunError::Invalid(format!(
         "run {} cannot be resumed: {described}.\n\
          The rows it has not read yet would come from the new file and the rows it has done from \
          the old one. Put the file back as it was to resume, start a new run with `weir run`, or \
          resume with `--allow-changed-source`: the rows already done are kept and the others are \
          read from the file as it is now",
         run.run_id
-    )
+    )))
 }
 
 /// What differs between the source as recorded and as it is now; none when
@@ -318,11 +322,11 @@ impl SourceCheck {
             && let Some(recorded) = self.row_hashes.get(&index)
             && recorded != content_sha256
         {
-            bail!(
+            return Err(RunError::Invalid(format!(
                 "the source changed since run {} read it: row {index} (line {line}) is not what it \
                  was; resuming would mix two sources. Start a new run with `weir run`",
                 self.run_id
-            );
+            )));
         }
         Ok(done)
     }

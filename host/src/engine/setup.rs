@@ -2,6 +2,7 @@
 //! node its compiled component and a configured instance pool.
 
 use crate::config::{ComponentRef, NodeConfig, Pipeline};
+use crate::context::causes;
 use crate::hashing;
 use crate::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
 use crate::services::audit::{AuditLog, EndpointRecord, NodeRecord, Record};
@@ -10,9 +11,12 @@ use crate::services::cache::ResponseCache;
 use crate::services::executor::{Executor, RunControls};
 use crate::services::stop::RunStop;
 use crate::terminal::escape;
-use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 pub struct Node {
     /// The node as the pipeline file configures it.
@@ -44,7 +48,7 @@ pub async fn prepare(
 ) -> Result<Prepared> {
     let executor = Arc::new(
         Executor::new(&pipeline.endpoints, audit.cloned(), controls)
-            .map_err(|e| pipeline.file.error_at(&["endpoints"], format!("{e:#}")))?,
+            .map_err(|e| pipeline.file.error_at(&["endpoints"], causes(&e)))?,
     );
     let endpoint_records = executor
         .endpoints()
@@ -74,7 +78,7 @@ pub async fn prepare(
             .to_string(),
         })
         .collect();
-    let runtime = Runtime::new().context("cannot start the WebAssembly runtime")?;
+    let runtime = Runtime::new().map_err(RunError::Runtime)?;
     let mut nodes = Vec::with_capacity(pipeline.nodes.len());
     let mut node_records = Vec::with_capacity(pipeline.nodes.len());
     for config in &pipeline.nodes {
@@ -107,7 +111,7 @@ pub fn controls(
                 let cache = Arc::new(ResponseCache::open(path).map_err(|e| {
                     pipeline
                         .file
-                        .error_at(&["endpoints", endpoint, "cache"], format!("{e:#}"))
+                        .error_at(&["endpoints", endpoint, "cache"], causes(&e))
                 })?);
                 opened.insert(path, Arc::clone(&cache));
                 cache
@@ -156,7 +160,7 @@ async fn prepare_node(
         builtin::read(&config.component).map_err(|message| at("component", message))?;
     let loaded = runtime
         .load(&bytes, &origin)
-        .map_err(|e| at("component", format!("{e:#}")))?;
+        .map_err(|e| at("component", causes(&e)))?;
     let grants: BTreeMap<String, _> = config
         .grants
         .iter()

@@ -4,7 +4,10 @@
 
 use crate::config::{OnError, Pipeline};
 use crate::io;
-use anyhow::Result;
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// Returns the scan it made, if it read the source, so that nothing reads
 /// it a second time for the same count.
@@ -39,5 +42,5 @@ pub fn refuse_unreadable_rows(pipeline: &Pipeline) -> Result<Option<io::SourceSc
          `on_error: discard`) at the top level of the pipeline file to run the other rows and set \
          these aside",
     );
-    anyhow::bail!(message)
+    Err(RunError::Invalid(message))
 }

@@ -6,11 +6,17 @@ use crate::config::BatchMode;
 use crate::runtime::LimitHit;
 use crate::runtime::bindings::{GuestRowError, Outcome};
 use crate::runtime::{Interrupted, RowScope};
-use crate::services::audit::{AuditLog, BatchRecord, Json, NodeStateRecord, Record, now_ms};
+use crate::services::audit::{
+    AuditLog, BatchRecord, Json, NodeStateRecord, NodeStatus, Record, now_ms,
+};
 use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+
+use super::RunError;
+
+type Result<T, E = RunError> = std::result::Result<T, E>;
 
 /// A source row (or a batch of them) on its way through the nodes.
 pub struct Flow {
@@ -249,8 +255,8 @@ impl Node {
         started: Instant,
     ) -> NodeStateRecord {
         let (status, error) = match result {
-            Ok(_) => ("completed", None),
-            Err(e) => ("failed", Some(e)),
+            Ok(_) => (NodeStatus::Completed, None),
+            Err(e) => (NodeStatus::Failed, Some(e)),
         };
         NodeStateRecord {
             state_id,
@@ -299,7 +305,7 @@ impl Node {
             // wasmtime's call would make each waiting row cost kilobytes.
             let checkout = Box::pin(self.runtime.checkout());
             let mut instance = checkout.await.map_err(|e| match e.limit {
-                Some(limit) => self.trap_error(Some(limit), &anyhow::anyhow!("{e}")),
+                Some(limit) => self.trap_error(Some(limit), &e),
                 None => RowError::new("guest_unavailable", e.message),
             })?;
             let run = scopes.iter().map(|s| s.restart(waited)).collect();
@@ -353,7 +359,7 @@ impl Node {
     }
 
     /// Names the limit a trap came from, when it came from one.
-    fn trap_error(&self, hit: Option<LimitHit>, trap: &anyhow::Error) -> RowError {
+    fn trap_error(&self, hit: Option<LimitHit>, trap: &dyn std::fmt::Display) -> RowError {
         let node = &self.config.name;
         match hit {
             Some(LimitHit::Cpu) => RowError::new(
@@ -383,7 +389,7 @@ impl Node {
             ),
             None => RowError::new(
                 "guest_trap",
-                format!("the component of node `{node}` trapped: {trap:#}"),
+                format!("the component of node `{node}` trapped: {trap}"),
             ),
         }
     }

@@ -6,7 +6,6 @@
 use super::LoadedComponent;
 use super::cache_dir;
 use crate::hashing::sha256_hex;
-use anyhow::Result;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -33,7 +32,11 @@ impl ComponentCache {
         }
     }
 
-    pub fn get_or_compile(&self, engine: &Engine, bytes: &[u8]) -> Result<LoadedComponent> {
+    pub fn get_or_compile(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+    ) -> wasmtime::Result<LoadedComponent> {
         let sha256 = sha256_hex(bytes);
         if let Some(component) = self.memory.lock().expect("cache lock").get(&sha256) {
             return Ok(LoadedComponent {
@@ -44,7 +47,7 @@ impl ComponentCache {
         let component = match self.read_cached(engine, &sha256) {
             Some(component) => component,
             None => {
-                let component = Component::new(engine, bytes).map_err(anyhow::Error::from)?;
+                let component = Component::new(engine, bytes)?;
                 self.write_cached(&sha256, &component);
                 component
             }
@@ -85,9 +88,11 @@ impl ComponentCache {
         let Some(path) = self.path(sha256) else {
             return;
         };
-        let write = || -> Result<()> {
+        let write = || -> Result<(), super::WasmError> {
             std::fs::create_dir_all(path.parent().expect("cache path has a folder"))?;
-            let bytes = component.serialize().map_err(anyhow::Error::from)?;
+            let bytes = component
+                .serialize()
+                .map_err(wasmtime::Error::into_boxed_dyn_error)?;
             // Write then rename, so a concurrent run never reads half a file.
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
             std::fs::write(&tmp, bytes)?;

@@ -6,6 +6,7 @@ mod cache;
 pub mod cache_dir;
 mod calls;
 pub mod contract;
+mod error;
 mod limits;
 mod output;
 mod pool;
@@ -13,15 +14,19 @@ mod state;
 mod stderr;
 mod wasi;
 
+pub use error::{LoadError, Trap, WasmError};
 pub use limits::LimitHit;
 
 pub use pool::{GuestInstance, Interrupted, NodeRuntime, NodeSetupError, Unavailable};
 pub use state::{NodeServices, Outbound, RowScope, Script};
 
-use anyhow::{Context, Result};
 use state::GuestState;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
+
+fn engine_error(e: wasmtime::Error) -> LoadError {
+    LoadError::Engine(e.into_boxed_dyn_error())
+}
 
 /// One engine and linker for the whole run; components compiled once each.
 pub struct Runtime {
@@ -38,19 +43,19 @@ pub struct LoadedComponent {
 }
 
 impl Runtime {
-    pub fn new() -> Result<Self> {
+    pub fn new() -> Result<Self, LoadError> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
+        let engine = Engine::new(&config).map_err(engine_error)?;
         limits::start_ticker(&engine);
         let mut linker = Linker::new(&engine);
         // Every supported contract is linked: each component picks its own.
         bindings::v0_1::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(anyhow::Error::from)?;
+            .map_err(engine_error)?;
         bindings::v0_2::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
-            .map_err(anyhow::Error::from)?;
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
+            .map_err(engine_error)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         let cache = cache::ComponentCache::new(&engine);
         Ok(Self {
             engine,
@@ -60,15 +65,19 @@ impl Runtime {
     }
 
     /// Compiles `bytes` (or takes them from the cache); `origin` names them in errors.
-    pub fn load(&self, bytes: &[u8], origin: &str) -> Result<LoadedComponent> {
+    pub fn load(&self, bytes: &[u8], origin: &str) -> Result<LoadedComponent, LoadError> {
         self.cache
             .get_or_compile(&self.engine, bytes)
-            .with_context(|| format!("{origin} is not a loadable WebAssembly component"))
+            .map_err(|e| LoadError::NotAComponent {
+                origin: origin.to_string(),
+                source: e.into_boxed_dyn_error(),
+            })
     }
 
     /// Compiles without consulting or filling the cache (for measurements).
-    pub fn compile_uncached(&self, bytes: &[u8]) -> Result<()> {
-        Component::new(&self.engine, bytes).map_err(anyhow::Error::from)?;
+    pub fn compile_uncached(&self, bytes: &[u8]) -> Result<(), LoadError> {
+        Component::new(&self.engine, bytes)
+            .map_err(|e| LoadError::Compile(e.into_boxed_dyn_error()))?;
         Ok(())
     }
 

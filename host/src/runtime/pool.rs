@@ -11,7 +11,6 @@ use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
 use crate::config::GuestLimits;
 use crate::services::batch::Parked;
-use anyhow::{Result, anyhow};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -132,14 +131,14 @@ pub enum Interrupted {
     /// Not a fault: the rows wait on provider batches (see `Parked`).
     Parked(Parked),
     /// A trap, explained.
-    Trap(anyhow::Error),
+    Trap(super::Trap),
 }
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Interrupted::Parked(parked) => write!(f, "{parked}"),
-            Interrupted::Trap(trap) => write!(f, "{trap:#}"),
+            Interrupted::Trap(trap) => write!(f, "{trap}"),
         }
     }
 }
@@ -193,18 +192,15 @@ fn without_empty_code(outcome: Outcome) -> Outcome {
 
 /// A trap as users read it: its cause and what the guest last wrote to
 /// stderr; the wasm backtrace goes to the debug log.
-fn explain_trap(trap: &wasmtime::Error, stderr: &str) -> anyhow::Error {
+fn explain_trap(trap: &wasmtime::Error, stderr: &str) -> super::Trap {
     // The backtrace names the guest's own functions: its text, escaped.
     tracing::debug!(
         "guest trap: {}",
         crate::terminal::escape(&format!("{trap:?}"))
     );
-    let cause = trap.root_cause().to_string();
-    let stderr = stderr.trim();
-    if stderr.is_empty() {
-        anyhow!("{cause}")
-    } else {
-        anyhow!("{cause}; the component wrote to stderr:\n{stderr}")
+    super::Trap {
+        cause: trap.root_cause().to_string(),
+        stderr: stderr.trim().to_string(),
     }
 }
 

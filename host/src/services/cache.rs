@@ -2,10 +2,23 @@
 //! the canonical request and the endpoint's identity (kind and URL, never the
 //! key), so an identical request is answered without a call.
 
-use anyhow::{Context, Result};
+use crate::context::{Context, Contextual};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+type Result<T, E = CacheError> = std::result::Result<T, E>;
+
+/// A response cache that cannot be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    SqliteAt(#[from] Contextual<rusqlite::Error>),
+    #[error(transparent)]
+    IoAt(#[from] Contextual<std::io::Error>),
+}
 
 pub struct ResponseCache {
     path: PathBuf,

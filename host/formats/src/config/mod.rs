@@ -1,6 +1,7 @@
 //! Loading and checking a pipeline file. Every error names the file, the line
 //! and what to change.
 
+mod error;
 mod interpolate;
 pub mod locate;
 pub mod model;
@@ -8,6 +9,8 @@ mod money;
 mod paths;
 mod shard;
 
+pub use error::ConfigError;
+pub use interpolate::InterpolationError;
 pub use money::CACHE_FILE_NAME;
 pub use shard::{Shard, part_path};
 
@@ -18,9 +21,10 @@ pub use model::{
 
 use model::OnErrorSpec;
 
-use anyhow::{Context, Result, anyhow, bail};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
 
 /// The pipeline file's text, kept so later checks can point at lines in it.
 #[derive(Debug, Clone)]
@@ -35,10 +39,11 @@ pub struct PipelineFile {
 
 impl PipelineFile {
     /// An error located at the key `path` of the document (or the file alone).
-    pub fn error_at(&self, key_path: &[&str], message: impl std::fmt::Display) -> anyhow::Error {
-        match locate::line_of(&self.text, key_path) {
-            Some(line) => anyhow!("{}:{line}: {message}", self.path.display()),
-            None => anyhow!("{}: {message}", self.path.display()),
+    pub fn error_at(&self, key_path: &[&str], message: impl std::fmt::Display) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.clone(),
+            line: locate::line_of(&self.text, key_path),
+            message: message.to_string(),
         }
     }
 
@@ -259,12 +264,11 @@ impl Pipeline {
             .chain(self.error_sinks.iter().map(|s| ("an on_error sink", s)));
         for (what, data) in others {
             if paths::identity(&data.path) == audit {
-                bail!(
-                    "--audit {} is the same file as {what} of {}; the audit database needs a file \
-                     of its own",
-                    path.display(),
-                    self.file.path.display()
-                );
+                return Err(ConfigError::AuditSharesFile {
+                    audit: path,
+                    what,
+                    pipeline: self.file.path.clone(),
+                });
             }
         }
         self.audit_path = path;
@@ -289,8 +293,7 @@ pub const BATCH_ROWS_WAITING: usize = 100_000;
 
 /// Reads, interpolates from the process environment, parses and checks.
 pub fn load(path: &Path) -> Result<Pipeline> {
-    let raw = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let raw = std::fs::read_to_string(path).map_err(|e| ConfigError::read(path, e))?;
     load_text(path, &raw, |name| std::env::var(name).ok())
 }
 
@@ -298,8 +301,7 @@ pub fn load(path: &Path) -> Result<Pipeline> {
 /// is not set stands as written (`${OPENAI_API_KEY}`) instead of stopping
 /// the check, and is returned, so no secret is needed to validate.
 pub fn load_without_secrets(path: &Path) -> Result<(Pipeline, Vec<String>)> {
-    let raw = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let raw = std::fs::read_to_string(path).map_err(|e| ConfigError::read(path, e))?;
     let unset = std::cell::RefCell::new(Vec::new());
     let pipeline = load_text(path, &raw, |name| {
         std::env::var(name).ok().or_else(|| {
@@ -318,8 +320,8 @@ pub fn load_without_secrets(path: &Path) -> Result<(Pipeline, Vec<String>)> {
 }
 
 pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -> Result<Pipeline> {
-    let text = interpolate::interpolate(raw, env)
-        .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    let text =
+        interpolate::interpolate(raw, env).map_err(|e| ConfigError::interpolation(path, e))?;
     let file = PipelineFile {
         path: path.to_path_buf(),
         text,
@@ -343,20 +345,22 @@ pub struct WrittenTransform {
 }
 
 pub fn transform_as_written(path: &Path, name: &str) -> Result<WrittenTransform> {
-    let raw = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let raw = std::fs::read_to_string(path).map_err(|e| ConfigError::read(path, e))?;
     let text = interpolate::interpolate(&raw, |var| {
         std::env::var(var)
             .ok()
             .or_else(|| (!raw.contains(&format!("${{{var}:-"))).then(|| format!("${{{var}}}")))
     })
-    .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    .map_err(|e| ConfigError::interpolation(path, e))?;
     let spec: PipelineSpec = crate::yaml::from_str(path, &text)?;
     let transform = spec
         .transforms
         .iter()
         .find(|t| t.name == name)
-        .ok_or_else(|| anyhow!("{} has no transform named `{name}`", path.display()))?;
+        .ok_or_else(|| ConfigError::NoSuchTransform {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+        })?;
     let dir = path.parent().unwrap_or(Path::new("."));
     Ok(WrittenTransform {
         component: ComponentRef::parse(&transform.component, dir),
@@ -390,16 +394,15 @@ fn audit_path(dir: &Path, configured: Option<&str>, first_sink: &Path) -> PathBu
 /// it: a variable that is not set stands in as a placeholder instead of
 /// stopping the lookup.
 fn document_without_secrets(path: &Path) -> Result<serde_json::Value> {
-    let raw = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read pipeline file {}", path.display()))?;
+    let raw = std::fs::read_to_string(path).map_err(|e| ConfigError::read(path, e))?;
     let text = interpolate::interpolate(&raw, |name| {
         std::env::var(name)
             .ok()
             .filter(|v| !v.is_empty())
             .or_else(|| Some(format!("unset-{name}")))
     })
-    .map_err(|e| anyhow!("{}:{}: {e}", path.display(), e.line()))?;
-    crate::yaml::from_str(path, &text)
+    .map_err(|e| ConfigError::interpolation(path, e))?;
+    Ok(crate::yaml::from_str(path, &text)?)
 }
 
 /// The audit database a pipeline file names, read without the rest of the
@@ -409,10 +412,7 @@ pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let configured = doc["audit"]["path"].as_str();
     let first_sink = doc["sinks"][0]["path"].as_str().ok_or_else(|| {
-        anyhow!(
-            "{}: has no `sinks`, so no audit database beside them",
-            path.display()
-        )
+        ConfigError::in_file(path, "has no `sinks`, so no audit database beside them")
     })?;
     Ok(audit_path(dir, configured, &dir.join(first_sink)))
 }
@@ -835,18 +835,18 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
                 ("api_key", &e.api_key),
             ] {
                 if value.is_none() {
-                    bail!(file.error_at(
+                    return Err(file.error_at(
                         &["endpoints", name],
-                        format!("endpoint `{name}` of kind azure-openai needs `{field}`")
+                        format!("endpoint `{name}` of kind azure-openai needs `{field}`"),
                     ));
                 }
             }
         }
         EndpointKind::Http => {
             if e.base_url.is_none() {
-                bail!(file.error_at(
+                return Err(file.error_at(
                     &["endpoints", name],
-                    format!("endpoint `{name}` of kind http needs `base_url`")
+                    format!("endpoint `{name}` of kind http needs `base_url`"),
                 ));
             }
         }

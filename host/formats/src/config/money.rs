@@ -1,15 +1,19 @@
 //! Prices, budgets and response caches, as the pipeline file sets them.
 
+use super::ConfigError;
 use super::PipelineFile;
 use super::model::{CacheSpec, EndpointSpec, PriceSpec};
-use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The default store for `cache: true`, beside the audit database.
 pub const CACHE_FILE_NAME: &str = "weir-cache.sqlite";
 
-pub fn check_price(file: &PipelineFile, endpoint: &str, price: &PriceSpec) -> Result<()> {
+pub fn check_price(
+    file: &PipelineFile,
+    endpoint: &str,
+    price: &PriceSpec,
+) -> Result<(), ConfigError> {
     let mut rates = vec![
         (
             vec!["price", "input_per_million"],
@@ -68,7 +72,7 @@ pub fn check_budget(
     file: &PipelineFile,
     budget: Option<f64>,
     endpoints: &BTreeMap<String, EndpointSpec>,
-) -> Result<()> {
+) -> Result<(), ConfigError> {
     let Some(budget) = budget else { return Ok(()) };
     if !(budget.is_finite() && budget > 0.0) {
         return Err(file.error_at(

@@ -2,9 +2,9 @@
 //! source would destroy the input, and two outputs over one file would
 //! destroy each other. Checked before any file is touched, naming both places.
 
+use super::ConfigError;
 use super::PipelineFile;
 use super::model::{OnErrorSpec, PipelineSpec};
-use anyhow::{Result, anyhow};
 use std::path::{Component, Path, PathBuf};
 
 /// A file the pipeline uses and where the pipeline file names it.
@@ -83,7 +83,7 @@ pub fn places(file: &PipelineFile, spec: &PipelineSpec, audit: &Path) -> Vec<Pla
 
 /// Refuses two places that are one file, unless both are on_error sinks or
 /// both response caches (nodes and endpoints may share one).
-pub fn refuse_shared_files(file: &PipelineFile, places: &[Place]) -> Result<()> {
+pub fn refuse_shared_files(file: &PipelineFile, places: &[Place]) -> Result<(), ConfigError> {
     let identities: Vec<PathBuf> = places.iter().map(|p| identity(&p.path)).collect();
     for (j, later) in places.iter().enumerate() {
         for (i, earlier) in places[..j].iter().enumerate() {
@@ -121,10 +121,10 @@ fn where_named(file: &PipelineFile, place: &Place) -> String {
     }
 }
 
-fn located(file: &PipelineFile, place: &Place, message: String) -> anyhow::Error {
+fn located(file: &PipelineFile, place: &Place, message: String) -> ConfigError {
     let key: Vec<&str> = place.key.iter().map(String::as_str).collect();
     if key.is_empty() {
-        return anyhow!("{}: {message}", file.path.display());
+        return ConfigError::in_file(&file.path, message);
     }
     file.error_at(&key, message)
 }

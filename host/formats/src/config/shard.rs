@@ -2,8 +2,8 @@
 //! N takes a contiguous part of the source rows and writes its own part of
 //! each sink and its own audit database; `weir merge` joins them.
 
+use super::ConfigError;
 use super::Pipeline;
-use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,14 +61,16 @@ impl Pipeline {
     /// Makes this pipeline shard `shard`: its sinks, on_error sinks and
     /// audit database become part files, and each endpoint's rate limits
     /// its share, unless the endpoint sets them per shard.
-    pub fn into_shard(mut self, shard: Shard) -> Result<Self> {
+    pub fn into_shard(mut self, shard: Shard) -> Result<Self, ConfigError> {
         if !std::fs::metadata(&self.source.path).is_ok_and(|m| m.is_file()) {
-            bail!(
-                "{}: a sharded run needs a source it can read more than once, and {} is not a \
-                 regular file",
-                self.file.path.display(),
-                self.source.path.display()
-            );
+            return Err(ConfigError::in_file(
+                &self.file.path,
+                format!(
+                    "a sharded run needs a source it can read more than once, and {} is not a \
+                     regular file",
+                    self.source.path.display()
+                ),
+            ));
         }
         for sink in self.sinks.iter_mut().chain(self.error_sinks.iter_mut()) {
             sink.path = shard.part_path(&sink.path);

@@ -4,8 +4,8 @@ mod csv_records;
 pub mod sink;
 pub mod source;
 
-pub use sink::{RowSink, open_sink};
+pub use sink::{RowSink, SinkError, open_sink};
 pub use source::{
-    FileStamp, SourceReader, SourceRow, SourceScan, open_source, open_source_hashed, read_source,
-    scan_source,
+    FileStamp, SourceError, SourceReader, SourceRow, SourceScan, open_source, open_source_hashed,
+    read_source, scan_source,
 };

@@ -5,11 +5,64 @@
 
 use crate::config::{DataFile, Format};
 use crate::types::Row;
-use anyhow::{Context, Result};
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+
+type Result<T, E = SinkError> = std::result::Result<T, E>;
+
+/// A sink that cannot be opened, written or moved into place.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{context}")]
+    Csv {
+        context: String,
+        #[source]
+        source: csv::Error,
+    },
+    #[error(
+        "{} holds {len} bytes, but the audit database says {offset} were written; it was \
+         changed outside weir",
+        partial.display()
+    )]
+    ChangedOutside {
+        partial: PathBuf,
+        len: u64,
+        offset: u64,
+    },
+    #[error(transparent)]
+    Metadata(std::io::Error),
+}
+
+/// Says which file a failed operation was on.
+trait Context<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> Context<T> for std::result::Result<T, std::io::Error> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| SinkError::Io {
+            context: context(),
+            source,
+        })
+    }
+}
+
+impl<T> Context<T> for std::result::Result<T, csv::Error> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| SinkError::Csv {
+            context: context(),
+            source,
+        })
+    }
+}
 
 pub trait RowSink: Send {
     fn write(&mut self, row: &Row) -> Result<()>;
@@ -36,13 +89,13 @@ pub fn open_sink(
     };
     if let Some(dir) = file.path.parent() {
         std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create folder {}", dir.display()))?;
+            .context(|| format!("cannot create folder {}", dir.display()))?;
     }
     let (handle, resumed) = match resume_at {
         Some(offset) if offset > 0 => (place.reopen(offset)?, true),
         _ => (
             File::create(&place.partial)
-                .with_context(|| format!("cannot create {}", place.partial.display()))?,
+                .context(|| format!("cannot create {}", place.partial.display()))?,
             false,
         ),
     };
@@ -84,23 +137,23 @@ impl Placement {
         // end has them at the final path.
         if !self.partial.exists() && self.path.exists() {
             std::fs::rename(&self.path, &self.partial)
-                .with_context(|| format!("cannot reopen {}", self.path.display()))?;
+                .context(|| format!("cannot reopen {}", self.path.display()))?;
         }
         let mut file = OpenOptions::new()
             .write(true)
             .open(&self.partial)
-            .with_context(|| format!("cannot reopen {} to resume", self.partial.display()))?;
-        let len = file.metadata()?.len();
+            .context(|| format!("cannot reopen {} to resume", self.partial.display()))?;
+        let len = file.metadata().map_err(SinkError::Metadata)?.len();
         if len < offset {
-            anyhow::bail!(
-                "{} holds {len} bytes, but the audit database says {offset} were written; it was \
-                 changed outside weir",
-                self.partial.display()
-            );
+            return Err(SinkError::ChangedOutside {
+                partial: self.partial.clone(),
+                len,
+                offset,
+            });
         }
         file.set_len(offset)
             .and_then(|()| file.seek(SeekFrom::End(0)))
-            .with_context(|| {
+            .context(|| {
                 format!(
                     "cannot cut {} back to {offset} bytes",
                     self.partial.display()
@@ -115,9 +168,9 @@ impl Placement {
     }
 
     fn commit(&self, file: File) -> Result<()> {
-        file.sync_all().with_context(|| self.cannot_write())?;
+        file.sync_all().context(|| self.cannot_write())?;
         std::fs::rename(&self.partial, &self.path)
-            .with_context(|| format!("cannot move {} into place", self.partial.display()))
+            .context(|| format!("cannot move {} into place", self.partial.display()))
     }
 
     fn discard(&self) {
@@ -135,20 +188,20 @@ impl RowSink for JsonlSink {
         serde_json::to_writer(&mut self.writer, row)
             .map_err(std::io::Error::from)
             .and_then(|()| self.writer.write_all(b"\n"))
-            .with_context(|| self.place.cannot_write())
+            .context(|| self.place.cannot_write())
     }
     fn checkpoint(&mut self) -> Result<u64> {
         self.writer
             .flush()
             .and_then(|()| self.writer.get_mut().stream_position())
-            .with_context(|| self.place.cannot_write())
+            .context(|| self.place.cannot_write())
     }
     fn finish(self: Box<Self>) -> Result<()> {
         let file = self
             .writer
             .into_inner()
             .map_err(|e| e.into_error())
-            .with_context(|| self.place.cannot_write())?;
+            .context(|| self.place.cannot_write())?;
         self.place.commit(file)
     }
     fn abandon(self: Box<Self>) {
@@ -169,7 +222,7 @@ impl CsvSink {
     fn write_header(&mut self, columns: &[String]) -> Result<()> {
         self.writer
             .write_record(columns)
-            .with_context(|| self.place.cannot_write())?;
+            .context(|| self.place.cannot_write())?;
         self.header_written = true;
         Ok(())
     }
@@ -200,7 +253,7 @@ impl RowSink for CsvSink {
             self.warned_extra = true;
         }
         self.columns = Some(columns);
-        written.with_context(|| self.place.cannot_write())
+        written.context(|| self.place.cannot_write())
     }
     fn checkpoint(&mut self) -> Result<u64> {
         self.writer
@@ -209,7 +262,7 @@ impl RowSink for CsvSink {
                 let mut file: &File = self.writer.get_ref();
                 file.stream_position()
             })
-            .with_context(|| self.place.cannot_write())
+            .context(|| self.place.cannot_write())
     }
     fn finish(mut self: Box<Self>) -> Result<()> {
         if !self.header_written
@@ -221,7 +274,7 @@ impl RowSink for CsvSink {
             .writer
             .into_inner()
             .map_err(|e| e.into_error())
-            .with_context(|| self.place.cannot_write())?;
+            .context(|| self.place.cannot_write())?;
         self.place.commit(file)
     }
     fn abandon(self: Box<Self>) {

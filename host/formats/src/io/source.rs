@@ -5,13 +5,55 @@ use super::csv_records::CsvRecords;
 use crate::config::{DataFile, Format};
 use crate::hashing::{ContentHash, HashingReader};
 use crate::types::{Row, RowError};
-use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
+
+type Result<T, E = SourceError> = std::result::Result<T, E>;
+
+/// A source that cannot be opened, or whose header cannot be read. A bad row
+/// is not one of these: it becomes that row's error.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot open source {}", path.display())]
+    Open {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read the metadata of {}", path.display())]
+    Metadata {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `name`: the source as errors call it; `line`: where the header is.
+    #[error("{name}{}: {problem}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+    Header {
+        name: String,
+        line: Option<u64>,
+        problem: String,
+    },
+}
+
+impl SourceError {
+    fn open(path: &Path, source: std::io::Error) -> Self {
+        Self::Open {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    fn metadata(path: &Path, source: std::io::Error) -> Self {
+        Self::Metadata {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
 
 pub struct SourceRow {
     /// 0-based position among the source's rows.
@@ -35,8 +77,7 @@ impl Iterator for SourceReader {
 }
 
 pub fn open_source(file: &DataFile) -> Result<SourceReader> {
-    let handle = File::open(&file.path)
-        .with_context(|| format!("cannot open source {}", file.path.display()))?;
+    let handle = File::open(&file.path).map_err(|e| SourceError::open(&file.path, e))?;
     read_source(handle, file.format, &file.path.display().to_string())
 }
 
@@ -83,8 +124,7 @@ pub struct FileStamp {
 
 impl FileStamp {
     pub fn of(path: &Path) -> Result<Self> {
-        let metadata = std::fs::metadata(path)
-            .with_context(|| format!("cannot read the metadata of {}", path.display()))?;
+        let metadata = std::fs::metadata(path).map_err(|e| SourceError::metadata(path, e))?;
         Ok(Self::from(&metadata))
     }
 }
@@ -106,12 +146,11 @@ impl From<&std::fs::Metadata> for FileStamp {
 /// A source opened for a run: its rows, its stamp as it was opened, and the
 /// hash of its bytes, which is complete once the rows are read to the end.
 pub fn open_source_hashed(file: &DataFile) -> Result<(SourceReader, FileStamp, ContentHash)> {
-    let handle = File::open(&file.path)
-        .with_context(|| format!("cannot open source {}", file.path.display()))?;
+    let handle = File::open(&file.path).map_err(|e| SourceError::open(&file.path, e))?;
     let stamp = FileStamp::from(
         &handle
             .metadata()
-            .with_context(|| format!("cannot read the metadata of {}", file.path.display()))?,
+            .map_err(|e| SourceError::metadata(&file.path, e))?,
     );
     let reader = HashingReader::new(handle);
     let hash = reader.hash();
@@ -136,30 +175,40 @@ pub fn read_source(
 
 fn csv_rows(input: impl Read + Send + 'static, name: &str) -> Result<SourceReader> {
     let mut records = CsvRecords::new(BufReader::new(input), b',');
+    let header_error = |line: Option<u64>, problem: String| SourceError::Header {
+        name: name.to_string(),
+        line,
+        problem,
+    };
     let header = match records.next_record() {
-        None => bail!("{name}: the file is empty; a CSV source needs a header row"),
-        Some(Err(bad)) => bail!(
-            "{name}:{}: the header row is malformed: {}",
-            bad.line,
-            bad.message
-        ),
+        None => {
+            return Err(header_error(
+                None,
+                "the file is empty; a CSV source needs a header row".into(),
+            ));
+        }
+        Some(Err(bad)) => {
+            return Err(header_error(
+                Some(bad.line),
+                format!("the header row is malformed: {}", bad.message),
+            ));
+        }
         Some(Ok(header)) => header,
     };
     let mut columns = Vec::with_capacity(header.fields.len());
     let mut seen = HashSet::new();
     for (i, raw) in header.fields.iter().enumerate() {
         let Ok(column) = std::str::from_utf8(raw) else {
-            bail!(
-                "{name}:{}: column {} of the header is not valid UTF-8",
-                header.line,
-                i + 1
-            );
+            return Err(header_error(
+                Some(header.line),
+                format!("column {} of the header is not valid UTF-8", i + 1),
+            ));
         };
         if !seen.insert(column.to_string()) {
-            bail!(
-                "{name}:{}: the header names column `{column}` twice; column names must be unique",
-                header.line
-            );
+            return Err(header_error(
+                Some(header.line),
+                format!("the header names column `{column}` twice; column names must be unique"),
+            ));
         }
         columns.push(column.to_string());
     }

@@ -4,10 +4,14 @@
 use super::records::SinkPaths;
 use super::stored::{self, HashText};
 use super::{OLDEST_READABLE_VERSION, SCHEMA_VERSION, lock::RunLock};
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use super::{AuditError, RunStatus};
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 pub struct History {
     conn: Connection,
@@ -43,11 +47,10 @@ impl RunInfo {
     /// `running` is only true while a process holds the run; a run left
     /// `running` by a killed process is `interrupted`.
     pub fn state(&self) -> &str {
-        match self.status.as_str() {
-            "running" if self.in_progress => "running",
-            "running" => "interrupted",
-            other => other,
+        if self.status == RunStatus::Running.as_str() && !self.in_progress {
+            return RunStatus::Interrupted.as_str();
         }
+        &self.status
     }
 }
 
@@ -125,17 +128,18 @@ pub struct OutcomeStory {
 impl History {
     pub fn open(path: &Path) -> Result<Self> {
         if !path.exists() {
-            bail!("there is no audit database at {}", path.display());
+            return Err(AuditError::NoDatabase {
+                path: path.to_path_buf(),
+            });
         }
         let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .with_context(|| format!("cannot open the audit database {}", path.display()))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if !(OLDEST_READABLE_VERSION..=SCHEMA_VERSION).contains(&version) {
-            bail!(
-                "the audit database {} has schema version {version}; this weir reads versions \
-                 {OLDEST_READABLE_VERSION} to {SCHEMA_VERSION}",
-                path.display()
-            );
+            return Err(AuditError::Unreadable {
+                path: path.to_path_buf(),
+                version,
+            });
         }
         Ok(Self {
             conn,
@@ -164,7 +168,10 @@ impl History {
             )
             .optional()?;
         let Some((status, pipeline_path, started_at_ms, finished_at_ms, shard)) = found else {
-            bail!("there is no run {run_id} in {}", self.path.display());
+            return Err(AuditError::NoRun {
+                run_id,
+                path: self.path.clone(),
+            });
         };
         let count =
             |sql: &str| -> Result<u64> { Ok(self.conn.query_row(sql, [run_id], |r| r.get(0))?) };
@@ -229,10 +236,10 @@ impl History {
             )
             .optional()?;
         let Some((source_line, content_sha256)) = found else {
-            bail!(
+            return Err(AuditError::Invalid(format!(
                 "run {run_id} has no row {row_index} (it read {} rows; rows count from 0)",
                 run.rows
-            );
+            )));
         };
         Ok(RowStory {
             content: self.payload(run_id, row_index, &content_sha256)?,
@@ -267,10 +274,10 @@ impl History {
                 .prepare("SELECT name FROM nodes WHERE run_id = ?1 ORDER BY node_id")?
                 .query_map(params![run_id], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
-            bail!(
+            return Err(AuditError::Invalid(format!(
                 "run {run_id} has no node `{node_name}` (its nodes: {})",
                 names.join(", ")
-            );
+            )));
         };
         let rows = self
             .conn

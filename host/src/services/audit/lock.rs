@@ -3,9 +3,13 @@
 //! it when the process dies, however it dies, so a killed run can be resumed
 //! at once and a running one cannot be resumed twice.
 
-use anyhow::{Context, Result};
+use crate::context::Context;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+
+use super::AuditError;
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 pub struct RunLock {
     path: PathBuf,
@@ -29,13 +33,10 @@ impl RunLock {
                 }
                 Ok(Self { path, _file: file })
             }
-            Err(TryLockError::WouldBlock) => anyhow::bail!(
-                "run {run_id} is in progress in another weir process (it holds {})",
-                path.display()
-            ),
-            Err(TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("cannot lock {}", path.display()))
-            }
+            Err(TryLockError::WouldBlock) => Err(AuditError::InProgress { run_id, lock: path }),
+            Err(TryLockError::Error(e)) => Err(e)
+                .with_context(|| format!("cannot lock {}", path.display()))
+                .map_err(AuditError::from),
         }
     }
 
@@ -58,12 +59,12 @@ impl RunLock {
 }
 
 fn open(path: &Path) -> Result<File> {
-    OpenOptions::new()
+    Ok(OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)
-        .with_context(|| format!("cannot open {}", path.display()))
+        .with_context(|| format!("cannot open {}", path.display()))?)
 }
 
 fn lock_path(database: &Path, run_id: i64) -> PathBuf {

@@ -1,26 +1,30 @@
 //! The audit trail: an embedded SQLite database written by one dedicated
 //! thread, in batched transactions, so recording never holds up a row.
 
+mod error;
 mod history;
 mod lock;
+mod outcome;
 mod records;
 mod replay;
 mod resume;
 mod stored;
 mod writer;
 
+pub use error::AuditError;
 pub use history::{
     BatchStory, CallStory, FinishedState, History, OutcomeStory, RowStory, RunInfo, StateStory,
 };
 pub use lock::RunLock;
+pub use outcome::{NodeStatus, RowOutcome, RunStatus};
 pub use records::*;
 pub use replay::Replay;
 pub use resume::{RecordedRun, RecordedSource, ResumePoint};
 pub use stored::{bodies as payload_bodies, hex_to_blob_sql};
 pub use writer::Totals;
 
+use crate::context::{Context, causes};
 use crate::io::FileStamp;
-use anyhow::{Context, Result};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +32,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use writer::Scope;
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// Records sent but not yet written, at most; senders wait beyond it, which
 /// only happens if the disk cannot keep up.
@@ -77,7 +83,9 @@ impl AuditLog {
         payloads: bool,
     ) -> Result<(Self, ResumePoint)> {
         if !path.exists() {
-            anyhow::bail!("there is no audit database at {}", path.display());
+            return Err(AuditError::NoDatabase {
+                path: path.to_path_buf(),
+            });
         }
         let conn = open_database(path)?;
         let run_id = resume::pick_run(&conn, run_id, pipeline_path)?;
@@ -109,11 +117,9 @@ impl AuditLog {
         let writer = std::thread::Builder::new()
             .name("weir-audit".into())
             .spawn(move || {
-                let written = writer::run(conn, scope, &rx).map_err(|e| {
-                    e.context(format!("cannot write the audit database {}", db.display()))
-                });
+                let written = writer::run(conn, scope, &rx).map_err(|e| AuditError::write(&db, e));
                 if let (Err(e), Ok(mut slot)) = (&written, slot.lock()) {
-                    *slot = Some(format!("{e:#}"));
+                    *slot = Some(causes(e));
                 }
                 // Only now do senders learn that the writer is gone: the
                 // cause is in place for them.
@@ -176,13 +182,12 @@ impl AuditLog {
     /// audit trail cannot record.
     pub fn check_writing(&self) -> Result<()> {
         if let Some(cause) = self.failure() {
-            anyhow::bail!("{cause}");
+            return Err(AuditError::WriterFailed(cause));
         }
         if self.broken.load(Ordering::Relaxed) {
-            anyhow::bail!(
-                "the audit database {} can no longer be written: its writer stopped",
-                self.path.display()
-            );
+            return Err(AuditError::WriterGone {
+                path: self.path.clone(),
+            });
         }
         Ok(())
     }
@@ -234,12 +239,9 @@ impl AuditLog {
     /// Waits until every record is on disk, checks that every row has its
     /// terminal outcome, and closes the segment and the run.
     pub fn finish(mut self, end: RunEnd) -> Result<Totals> {
-        let conn = self
-            .close()?
-            .context("the audit writer had already stopped")?;
+        let conn = self.close()?.ok_or(AuditError::WriterStopped)?;
         let totals = writer::finish(&conn, self.scope, &end)
-            .map_err(|e| writer::with_os_error(&conn, e))
-            .with_context(|| format!("cannot write the audit database {}", self.path.display()))?;
+            .map_err(|e| AuditError::write(&self.path, writer::with_os_error(&conn, e)))?;
         if let Some(lock) = self.lock.take() {
             lock.release();
         }
@@ -259,9 +261,7 @@ impl AuditLog {
 
     /// Ends a run that never began on any row, recording why.
     pub fn failed_to_start(mut self, error: &str) -> Result<()> {
-        let conn = self
-            .close()?
-            .context("the audit writer had already stopped")?;
+        let conn = self.close()?.ok_or(AuditError::WriterStopped)?;
         writer::failed_to_start(&conn, self.scope.run, error)?;
         if let Some(lock) = self.lock.take() {
             lock.release();
@@ -274,9 +274,7 @@ impl AuditLog {
         match self.writer.take() {
             Some(handle) => {
                 handle.thread().unpark();
-                let conn = handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("the audit writer panicked"))??;
+                let conn = handle.join().map_err(|_| AuditError::WriterPanicked)??;
                 Ok(Some(conn))
             }
             None => Ok(None),
@@ -290,7 +288,7 @@ impl Drop for AuditLog {
         if let Err(e) = self.close()
             && self.failure().is_none()
         {
-            tracing::error!("{e:#}");
+            tracing::error!("{}", causes(&e));
         }
     }
 }
@@ -416,12 +414,10 @@ fn upgrade_schema(conn: &Connection, path: &Path) -> Result<()> {
             return Ok(());
         }
         let Some((_, sql)) = MIGRATIONS.iter().find(|(from, _)| *from == version) else {
-            anyhow::bail!(
-                "the audit database {} has schema version {version}, this weir writes version \
-                 {SCHEMA_VERSION} and can upgrade versions {OLDEST_UPGRADABLE_VERSION} and later; \
-                 move it aside or set `audit.path` to a new file",
-                path.display()
-            );
+            return Err(AuditError::NotUpgradable {
+                path: path.to_path_buf(),
+                version,
+            });
         };
         tx.execute_batch(sql).with_context(|| {
             format!(
@@ -490,7 +486,7 @@ mod tests {
     fn outcome(row_index: u64) -> OutcomeRecord {
         OutcomeRecord {
             row_index,
-            outcome: "completed",
+            outcome: RowOutcome::Completed,
             node_id: None,
             error_code: None,
             error_message: None,
@@ -658,7 +654,7 @@ mod tests {
             row_index: 0,
             node_id: 0,
             attempt: 1,
-            status: "completed",
+            status: NodeStatus::Completed,
             input: Json::Array(vec![ROW.into()]),
             output: Some(Json::Array(vec![ROW.into()])),
             error_code: None,
@@ -804,7 +800,7 @@ mod tests {
         let totals = log.finish(end()).unwrap();
         assert_eq!(totals.rows, 3);
         assert_eq!(totals.without_outcome, vec![1]);
-        assert_eq!(totals.status, "incomplete");
+        assert_eq!(totals.status, RunStatus::Incomplete);
 
         let conn = Connection::open(&path).unwrap();
         let (status, payloads): (String, i64) = conn
@@ -828,7 +824,7 @@ mod tests {
             checkpoints: vec![("out.csv".into(), 50)],
         }));
         let totals = log.finish(end()).unwrap();
-        assert_eq!(totals.status, "completed");
+        assert_eq!(totals.status, RunStatus::Completed);
         assert_eq!(totals.outcomes["completed"], 3);
     }
 }

@@ -1,5 +1,6 @@
 //! What the host tells the audit trail, one variant per table.
 
+use super::outcome::{NodeStatus, RowOutcome};
 use crate::io::FileStamp;
 use std::sync::Arc;
 
@@ -80,7 +81,7 @@ pub struct NodeStateRecord {
     pub row_index: u64,
     pub node_id: usize,
     pub attempt: u32,
-    pub status: &'static str,
+    pub status: NodeStatus,
     /// The rows as the node received them.
     pub input: Json,
     /// The rows it returned, when it succeeded.
@@ -136,7 +137,7 @@ pub struct CallRecord {
 
 pub struct OutcomeRecord {
     pub row_index: u64,
-    pub outcome: &'static str,
+    pub outcome: RowOutcome,
     pub node_id: Option<usize>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,

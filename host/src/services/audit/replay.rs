@@ -2,12 +2,15 @@
 //! recorded, so a call that was paid for is never made twice.
 
 use super::stored::{self, HashText};
-use anyhow::Result;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::AuditError;
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// (row, node, endpoint, request hash)
 type Key = (u64, usize, String, String);

@@ -3,10 +3,14 @@
 
 use super::records::{EndpointRecord, NodeRecord, SinkPaths};
 use super::stored::HashText;
+use crate::context::Context;
 use crate::io::FileStamp;
-use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::{HashMap, HashSet};
+
+use super::{AuditError, RunStatus};
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// How the run was set up when it started, to compare with the pipeline now.
 pub struct RecordedRun {
@@ -65,12 +69,22 @@ pub fn pick_run(conn: &Connection, run_id: Option<i64>, pipeline_path: &str) -> 
     };
     let Some((id, status, recorded_path)) = found else {
         match run_id {
-            Some(id) => bail!("there is no run {id} in this audit database"),
-            None => bail!("no unfinished run of {pipeline_path} in this audit database"),
+            Some(id) => {
+                return Err(AuditError::Invalid(format!(
+                    "there is no run {id} in this audit database"
+                )));
+            }
+            None => {
+                return Err(AuditError::Invalid(format!(
+                    "no unfinished run of {pipeline_path} in this audit database"
+                )));
+            }
         }
     };
-    if !matches!(status.as_str(), "running" | "incomplete" | "interrupted") {
-        bail!("run {id} already finished ({status}); there is nothing to resume");
+    if !RunStatus::parse(&status).is_some_and(RunStatus::is_resumable) {
+        return Err(AuditError::Invalid(format!(
+            "run {id} already finished ({status}); there is nothing to resume"
+        )));
     }
     let segments: u32 = conn.query_row(
         "SELECT count(*) FROM segments WHERE run_id = ?1",
@@ -78,16 +92,16 @@ pub fn pick_run(conn: &Connection, run_id: Option<i64>, pipeline_path: &str) -> 
         |r| r.get(0),
     )?;
     if segments == 0 {
-        bail!(
+        return Err(AuditError::Invalid(format!(
             "run {id} stopped before it began on any row; there is nothing to resume: start a \
              new run with `weir run`"
-        );
+        )));
     }
     if recorded_path != pipeline_path {
-        bail!(
+        return Err(AuditError::Invalid(format!(
             "run {id} was started from {recorded_path}, not {pipeline_path}; resume it with that \
              pipeline file"
-        );
+        )));
     }
     Ok(id)
 }

@@ -1,13 +1,17 @@
 //! The writer thread: drains the queue into one transaction per burst.
 
+use super::outcome::{RowOutcome, RunStatus};
 use super::records::*;
 use super::stored::{Bundler, Hash};
 use crate::hashing;
-use anyhow::Result;
 use rusqlite::{Connection, Transaction, params};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
+
+use super::AuditError;
+
+type Result<T, E = AuditError> = std::result::Result<T, E>;
 
 /// Records per transaction at most, so a long burst still commits regularly.
 /// Every commit writes each page it dirtied to the WAL again: fewer, larger
@@ -24,7 +28,7 @@ pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     conn.execute(
         "INSERT INTO runs (pipeline_path, config_sha256, source_path, sinks_json, weir_version,
                            started_at_ms, status, shard)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7)",
         params![
             run.pipeline_path,
             run.config_sha256,
@@ -32,7 +36,8 @@ pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
             serde_json::to_string(&run.sinks)?,
             run.weir_version,
             super::now_ms(),
-            run.shard
+            run.shard,
+            RunStatus::Running
         ],
     )?;
     Ok(conn.last_insert_rowid())
@@ -142,12 +147,21 @@ fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Resu
 
 /// SQLite says "database or disk is full"; the operating system's error
 /// behind it says which file system, in the words the other errors use.
-pub fn with_os_error(conn: &Connection, error: anyhow::Error) -> anyhow::Error {
-    let Some(rusqlite::Error::SqliteFailure(failure, _)) = error.downcast_ref::<rusqlite::Error>()
-    else {
-        return error;
+pub fn with_os_error(conn: &Connection, error: AuditError) -> AuditError {
+    match error {
+        AuditError::Sqlite(sqlite) => match os_error_behind(conn, &sqlite) {
+            Some(os) => AuditError::Os { os, sqlite },
+            None => AuditError::Sqlite(sqlite),
+        },
+        other => other,
+    }
+}
+
+fn os_error_behind(conn: &Connection, sqlite: &rusqlite::Error) -> Option<std::io::Error> {
+    let rusqlite::Error::SqliteFailure(failure, _) = sqlite else {
+        return None;
     };
-    let os = match failure.code {
+    Some(match failure.code {
         // SQLite's Unix file layer answers a failed write with SQLITE_FULL
         // only when the system said ENOSPC (or wrote short, which is how a
         // full disk shows), and keeps no errno for it.
@@ -159,12 +173,11 @@ pub fn with_os_error(conn: &Connection, error: anyhow::Error) -> anyhow::Error {
             // number its last failed call left.
             let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
             if errno == 0 {
-                return error;
+                return None;
             }
             std::io::Error::from_raw_os_error(errno)
         }
-    };
-    anyhow::anyhow!("{os} (SQLite: {error})")
+    })
 }
 
 /// "No space left on device" on Linux, macOS and the BSDs.
@@ -404,7 +417,7 @@ pub struct Totals {
     /// Rows with no terminal outcome (a bug), the first few of them.
     pub without_outcome: Vec<u64>,
     pub without_outcome_count: u64,
-    pub status: &'static str,
+    pub status: RunStatus,
     /// What the run's calls cost in all its segments, in USD.
     pub cost_usd: f64,
     /// The same by node name, in pipeline order.
@@ -415,12 +428,13 @@ pub struct Totals {
 /// that changed under a resume) ends as `failed_to_start`, with the error.
 pub fn failed_to_start(conn: &Connection, run: i64, error: &str) -> Result<()> {
     conn.execute(
-        "UPDATE runs SET finished_at_ms = ?2, status = 'failed_to_start', summary_json = ?3
+        "UPDATE runs SET finished_at_ms = ?2, status = ?4, summary_json = ?3
          WHERE run_id = ?1",
         params![
             run,
             super::now_ms(),
-            serde_json::json!({ "error": error }).to_string()
+            serde_json::json!({ "error": error }).to_string(),
+            RunStatus::FailedToStart
         ],
     )?;
     Ok(())
@@ -450,19 +464,17 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
         ))?
         .query_map([run], |r| r.get(0))?
         .collect::<rusqlite::Result<Vec<u64>>>()?;
-    let failed = outcomes.get("failed").copied().unwrap_or(0);
-    let rejected: u64 = ["failed", "quarantined", "discarded"]
-        .iter()
-        .filter_map(|o| outcomes.get(*o))
-        .sum();
+    let count = |outcome: RowOutcome| outcomes.get(outcome.as_str()).copied().unwrap_or(0);
+    let failed = count(RowOutcome::Failed);
+    let rejected: u64 = RowOutcome::SET_ASIDE.into_iter().map(count).sum();
     let status = if end.interrupted {
-        "interrupted"
+        RunStatus::Interrupted
     } else if without_outcome_count > 0 {
-        "incomplete"
+        RunStatus::Incomplete
     } else if rejected > 0 {
-        "completed_with_failures"
+        RunStatus::CompletedWithFailures
     } else {
-        "completed"
+        RunStatus::Completed
     };
     let cost_by_node = conn
         .prepare(
@@ -487,7 +499,7 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
             now,
             status,
             rows,
-            outcomes.get("completed").copied().unwrap_or(0),
+            count(RowOutcome::Completed),
             failed,
             serde_json::to_string(&outcomes)?,
             end.summary_json,

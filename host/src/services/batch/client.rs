@@ -6,10 +6,14 @@ use super::lines::{self, LineResult, Wire};
 use super::store::Request;
 use crate::config::model::defaults::{ANTHROPIC_BASE_URL, OPENAI_BASE_URL};
 use crate::config::{EndpointKind, EndpointSpec};
-use anyhow::{Context, Result, bail};
+use crate::context::Context;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 use std::time::Duration;
+
+use super::BatchError;
+
+type Result<T, E = BatchError> = std::result::Result<T, E>;
 
 /// A batch as the provider reports it.
 #[derive(Debug, Clone, Default)]
@@ -78,7 +82,11 @@ impl Client {
                 format!("{base}/v1/messages/batches"),
                 Vec::new(),
             ),
-            EndpointKind::Http => bail!("endpoint `{name}`: kind http has no Batch API"),
+            EndpointKind::Http => {
+                return Err(BatchError::Invalid(format!(
+                    "endpoint `{name}`: kind http has no Batch API"
+                )));
+            }
         };
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
@@ -134,19 +142,22 @@ impl Client {
             .await
             .with_context(|| format!("cannot {what}: the answer broke off"))?;
         if !(200..300).contains(&status) {
-            return Err(anyhow::Error::new(Refused {
-                status,
-                message: excerpt(&text),
-            })
-            .context(format!("cannot {what}")));
+            return Err(BatchError::Refused {
+                what: what.to_string(),
+                source: Refused {
+                    status,
+                    message: excerpt(&text),
+                },
+            });
         }
         Ok(text)
     }
 
     async fn send_json(&self, builder: reqwest::RequestBuilder, what: &str) -> Result<Value> {
         let text = self.send(builder, what).await?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("cannot {what}: the answer is not JSON: {}", excerpt(&text)))
+        Ok(serde_json::from_str(&text).with_context(|| {
+            format!("cannot {what}: the answer is not JSON: {}", excerpt(&text))
+        })?)
     }
 
     /// OpenAI and Azure: uploads the batch's JSONL file; returns its id.
@@ -165,7 +176,7 @@ impl Client {
                 "upload the batch file",
             )
             .await?;
-        string_field(&file, "id").context("the uploaded file has no id")
+        string_field(&file, "id").ok_or(BatchError::Answer("the uploaded file has no id"))
     }
 
     /// Creates the batch; `tag` goes in its metadata (OpenAI, Azure), so a
@@ -180,7 +191,7 @@ impl Client {
             Wire::OpenAi | Wire::Azure => (
                 format!("{}/batches", self.base),
                 json!({
-                    "input_file_id": file_id.context("an OpenAI batch needs its file")?,
+                    "input_file_id": file_id.ok_or(BatchError::Answer("an OpenAI batch needs its file"))?,
                     "endpoint": if self.wire == Wire::Azure { "/chat/completions" } else { "/v1/chat/completions" },
                     "completion_window": "24h",
                     "metadata": { "weir_batch": tag },
@@ -201,7 +212,7 @@ impl Client {
                 "create the batch",
             )
             .await?;
-        string_field(&batch, "id").context("the new batch has no id")
+        string_field(&batch, "id").ok_or(BatchError::Answer("the new batch has no id"))
     }
 
     /// OpenAI, Azure: the batch whose metadata carries `tag`, among the

@@ -10,15 +10,16 @@
 //! proceed in rounds, one batch each.
 
 mod client;
+mod error;
 pub mod lines;
 mod store;
 
 use crate::config::{BatchFallback, EndpointSpec, PriceSpec, provider_batch_limit};
+use crate::context::causes;
 use crate::services::budget::{Budget, Hold};
 use crate::services::cost;
 use crate::services::stop::{RunStop, StopReason};
-use anyhow::Result;
-use client::{Client, Refused, Status};
+use client::{Client, Status};
 use lines::{LineOutcome, LineResult};
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,6 +30,10 @@ use store::{Job, JobState, Recorded, Store};
 use tokio::sync::watch;
 
 pub use store::Request;
+
+pub use error::BatchError;
+
+type Result<T, E = BatchError> = std::result::Result<T, E>;
 
 /// A batch is sent once no new request has joined it for this long (or it
 /// is full): the rows in flight have all parked by then.
@@ -390,7 +395,8 @@ impl Inner {
                         self.stop.abort(StopReason::EndpointDown {
                             endpoint: self.endpoint.clone(),
                             detail: format!(
-                                "cannot record a batch in the audit database before sending it: {e:#}"
+                                "cannot record a batch in the audit database before sending it: {}",
+                                causes(&e)
                             ),
                         });
                         return;
@@ -431,15 +437,15 @@ impl Inner {
             self.budget.settle(hold, 0.0);
         }
         if let Err(e) = driven {
-            let refused = e.downcast_ref::<Refused>().map(|r| r.status);
+            let refused = e.refused_status();
             let reason = match refused {
                 Some(401 | 403) => StopReason::EndpointRefused {
                     endpoint: self.endpoint.clone(),
-                    detail: format!("{e:#}"),
+                    detail: causes(&e),
                 },
                 _ => StopReason::EndpointDown {
                     endpoint: self.endpoint.clone(),
-                    detail: format!("batch {}: {e:#}", job.job_id),
+                    detail: format!("batch {}: {}", job.job_id, causes(&e)),
                 },
             };
             // The batch stays recorded where it stands; a resume takes it up.
@@ -654,7 +660,7 @@ impl Inner {
             match call().await {
                 Ok(value) => return Ok(value),
                 Err(e) => {
-                    let refused = e.downcast_ref::<Refused>().map(|r| r.status);
+                    let refused = e.refused_status();
                     let retryable = match refused {
                         Some(status) => status == 408 || status == 429 || status >= 500,
                         None => true,
@@ -663,7 +669,7 @@ impl Inner {
                     if !retryable || tries >= 8 || self.stop.is_draining() {
                         return Err(e);
                     }
-                    tracing::warn!(endpoint = %self.endpoint, "{e:#}; trying again");
+                    tracing::warn!(endpoint = %self.endpoint, "{}; trying again", causes(&e));
                     tokio::time::sleep(NETWORK_BACKOFF * tries.min(5)).await;
                 }
             }
@@ -682,9 +688,9 @@ pub async fn cancel(
 ) -> Result<()> {
     for (endpoint, batch_id) in batches {
         let Some(spec) = endpoints.get(endpoint) else {
-            anyhow::bail!(
+            return Err(BatchError::Invalid(format!(
                 "batch {batch_id} went to endpoint `{endpoint}`, which the pipeline no longer has"
-            );
+            )));
         };
         let headers = crate::services::executor::request_headers(endpoint, spec)?;
         Client::new(endpoint, spec, headers)?

@@ -5,10 +5,14 @@
 //! finds on resume everything the provider may hold.
 
 use super::lines::{LineOutcome, LineResult};
-use anyhow::{Context, Result};
+use crate::context::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
+
+use super::BatchError;
+
+type Result<T, E = BatchError> = std::result::Result<T, E>;
 
 /// One request of a row, waiting for or holding its answer.
 #[derive(Debug, Clone)]

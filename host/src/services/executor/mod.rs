@@ -37,13 +37,13 @@ pub use retry::{Verdict, classify_status};
 pub use stats::{Money, StatsSnapshot};
 
 use crate::config::{EndpointKind, EndpointMode, EndpointSpec};
+use crate::context::{Context, Contextual, causes};
 use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
 use crate::services::batch::BatchQueue;
 use crate::services::budget::Budget;
 use crate::services::cache::{self, ResponseCache};
 use crate::services::cost::{self, CallCost};
 use crate::services::stop::RunStop;
-use anyhow::{Context, Result};
 use breaker::{Breaker, Transition};
 use dispatch::Dispatch;
 use health::Health;
@@ -54,6 +54,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use target::Target;
+pub use target::TargetError;
 use throttle::WaitClock;
 
 /// The final answer to one request.
@@ -89,7 +90,21 @@ pub struct Attempt<'a> {
 
 /// The headers an endpoint's requests carry, its key among them: for the
 /// Batch API calls made outside a run (`weir cancel`).
-pub fn request_headers(name: &str, spec: &EndpointSpec) -> Result<reqwest::header::HeaderMap> {
+/// An endpoint the executor cannot set up.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Client(#[from] Contextual<reqwest::Error>),
+    #[error(transparent)]
+    Batch(#[from] crate::services::batch::BatchError),
+}
+
+pub fn request_headers(
+    name: &str,
+    spec: &EndpointSpec,
+) -> Result<reqwest::header::HeaderMap, TargetError> {
     Ok(Target::new(name, spec)?.headers)
 }
 
@@ -124,7 +139,7 @@ impl Executor {
         specs: &BTreeMap<String, EndpointSpec>,
         audit: Option<Arc<AuditLog>>,
         controls: &RunControls,
-    ) -> Result<Self> {
+    ) -> Result<Self, EndpointError> {
         let endpoints = specs
             .iter()
             .map(|(name, spec)| {
@@ -133,7 +148,7 @@ impl Executor {
                     Arc::new(Endpoint::new(name, spec, audit.clone(), controls)?),
                 ))
             })
-            .collect::<Result<_>>()?;
+            .collect::<Result<_, EndpointError>>()?;
         Ok(Self { endpoints })
     }
 
@@ -172,7 +187,7 @@ impl Endpoint {
         spec: &EndpointSpec,
         audit: Option<Arc<AuditLog>>,
         controls: &RunControls,
-    ) -> Result<Self> {
+    ) -> Result<Self, EndpointError> {
         let target = Target::new(name, spec)?;
         // Without an audit trail (`weir validate`) nothing is sent.
         let batch = match (&audit, spec.mode) {
@@ -321,7 +336,7 @@ impl Endpoint {
         let (answer, paid) = match found {
             Ok(found) => found?,
             Err(e) => {
-                tracing::warn!(endpoint = %self.name, "the response cache cannot be read: {e:#}");
+                tracing::warn!(endpoint = %self.name, "the response cache cannot be read: {}", causes(&e));
                 return None;
             }
         };
@@ -355,7 +370,7 @@ impl Endpoint {
             paid,
         );
         if let Err(e) = kept {
-            tracing::warn!(endpoint = %self.name, "the response cache cannot be written: {e:#}");
+            tracing::warn!(endpoint = %self.name, "the response cache cannot be written: {}", causes(&e));
         }
     }
 

@@ -3,8 +3,26 @@
 
 use crate::config::model::defaults::{ANTHROPIC_BASE_URL, OPENAI_BASE_URL};
 use crate::config::{EndpointKind, EndpointSpec};
-use anyhow::{Context, Result};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+/// An endpoint's settings that make no valid URL or header.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}")]
+pub struct TargetError {
+    context: String,
+    #[source]
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// Says which setting of which endpoint an error is about.
+fn setting<E: std::error::Error + Send + Sync + 'static>(
+    context: impl FnOnce() -> String,
+) -> impl FnOnce(E) -> TargetError {
+    move |source| TargetError {
+        context: context(),
+        source: Box::new(source),
+    }
+}
 
 pub struct Target {
     pub url: reqwest::Url,
@@ -12,7 +30,7 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn new(name: &str, spec: &EndpointSpec) -> Result<Self> {
+    pub fn new(name: &str, spec: &EndpointSpec) -> Result<Self, TargetError> {
         let default_base = match spec.kind {
             EndpointKind::Anthropic => ANTHROPIC_BASE_URL,
             _ => OPENAI_BASE_URL,
@@ -35,8 +53,9 @@ impl Target {
             ),
             EndpointKind::Http => base.to_string(),
         };
-        let url = reqwest::Url::parse(&url)
-            .with_context(|| format!("endpoint `{name}`: `{url}` is not a valid URL"))?;
+        let url = reqwest::Url::parse(&url).map_err(setting(|| {
+            format!("endpoint `{name}`: `{url}` is not a valid URL")
+        }))?;
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(key) = &spec.api_key {
@@ -45,9 +64,9 @@ impl Target {
                 EndpointKind::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
                 _ => (AUTHORIZATION, format!("Bearer {key}")),
             };
-            let mut value = HeaderValue::from_str(&value).with_context(|| {
+            let mut value = HeaderValue::from_str(&value).map_err(setting(|| {
                 format!("endpoint `{name}`: api_key contains characters not allowed in a header")
-            })?;
+            }))?;
             value.set_sensitive(true);
             headers.insert(header, value);
         }
@@ -58,12 +77,12 @@ impl Target {
             );
         }
         for (key, value) in &spec.headers {
-            let header = HeaderName::from_bytes(key.as_bytes()).with_context(|| {
+            let header = HeaderName::from_bytes(key.as_bytes()).map_err(setting(|| {
                 format!("endpoint `{name}`: `{key}` is not a valid header name")
-            })?;
-            let mut value = HeaderValue::from_str(value).with_context(|| {
+            }))?;
+            let mut value = HeaderValue::from_str(value).map_err(setting(|| {
                 format!("endpoint `{name}`: header `{key}` has an invalid value")
-            })?;
+            }))?;
             value.set_sensitive(true);
             headers.insert(header, value);
         }
