@@ -1,7 +1,8 @@
 // TEST TOOL, not a transform to use: a guest that asks WASI for what a
 // sandboxed transform must not get (the time, the environment, a file, fresh
-// randomness) and writes down what it was given, so `weir test` can check
-// that weir's WASI context grants nothing. It uses stdio on purpose, so it is
+// randomness, a sleep that holds its row without using CPU) and writes down
+// what it was given, so `weir test` can check that weir's WASI context grants
+// nothing. It uses stdio on purpose, so it is
 // built with the WASI preview 1 adapter.
 
 #include <stdio.h>
@@ -17,7 +18,8 @@ bool exports_weir_transform_transform_configure(exports_weir_transform_transform
                                                 node_string_t *err) {
   (void)err;
   exports_weir_transform_transform_json_free(options);
-  static const char *fields[] = {"wall_clock", "monotonic_clock", "home", "file", "random"};
+  static const char *fields[] = {"wall_clock", "monotonic_clock", "home", "file", "random",
+                                 "slept"};
   size_t n = sizeof fields / sizeof *fields;
   ret->output_fields.len = n;
   ret->output_fields.ptr = malloc(n * sizeof(node_string_t));
@@ -29,6 +31,8 @@ bool exports_weir_transform_transform_configure(exports_weir_transform_transform
 static int observe(char *out, size_t size) {
   struct timespec mono;
   clock_gettime(CLOCK_MONOTONIC, &mono);
+  // On a stopped clock an hour's sleep must end at once.
+  int slept = sleep(3600) == 0;
   const char *home = getenv("HOME");
   FILE *file = fopen("/etc/passwd", "r");
   unsigned char bytes[4] = {0};
@@ -36,10 +40,11 @@ static int observe(char *out, size_t size) {
   fprintf(stderr, "probe: observed\n");
   return snprintf(out, size,
                   "\"wall_clock\":%lld,\"monotonic_clock\":%lld,\"home\":%s%s%s,"
-                  "\"file\":\"%s\",\"random\":\"%s%02x%02x%02x%02x\"",
+                  "\"file\":\"%s\",\"random\":\"%s%02x%02x%02x%02x\",\"slept\":%s",
                   (long long)time(NULL), (long long)mono.tv_sec, home ? "\"" : "",
                   home ? home : "null", home ? "\"" : "", file ? "readable" : "denied",
-                  random_ok ? "" : "unavailable:", bytes[0], bytes[1], bytes[2], bytes[3]);
+                  random_ok ? "" : "unavailable:", bytes[0], bytes[1], bytes[2], bytes[3],
+                  slept ? "true" : "false");
 }
 
 void exports_weir_transform_transform_process(exports_weir_transform_transform_list_json_t *rows,

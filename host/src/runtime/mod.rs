@@ -56,6 +56,7 @@ impl Runtime {
         bindings::v0_2::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(engine_error)?;
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        wasi::stop_sleeps(&mut linker).map_err(engine_error)?;
         let cache = cache::ComponentCache::new(&engine);
         Ok(Self {
             engine,

@@ -1,8 +1,12 @@
 //! The WASI a guest gets: linked so that components whose language runtime
 //! imports it load, and granting nothing a guest could learn the world from.
 
+use super::state::GuestState;
 use super::stderr::StderrTail;
-use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx};
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiView};
 
 /// A WASI context that grants nothing a guest could learn the world from: no
 /// files, environment, arguments or sockets; clocks stopped at the Unix epoch;
@@ -52,5 +56,53 @@ impl HostMonotonicClock for StoppedClock {
     }
     fn now(&self) -> u64 {
         0
+    }
+}
+
+/// The WASI clock interface whose sleeps `stop_sleeps` replaces.
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// With the clocks stopped, a guest's sleep must end at once. wasmtime-wasi
+/// sleeps in real time for the gap between the stopped clock and the
+/// deadline the guest asks for: a guest calling `sleep(3600)` would hold its
+/// row for an hour without using any CPU, out of reach of
+/// `limits.cpu_ms_per_call`. Ended at once, a guest that waits for time to
+/// pass spins instead, and the CPU limit stops it.
+pub(super) fn stop_sleeps(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap(
+        "subscribe-duration",
+        |store: StoreContextMut<'_, GuestState>, (_,): (u64,)| elapsed(store),
+    )?;
+    clock.func_wrap(
+        "subscribe-instant",
+        |store: StoreContextMut<'_, GuestState>, (_,): (u64,)| elapsed(store),
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+fn elapsed(
+    mut store: StoreContextMut<'_, GuestState>,
+) -> wasmtime::Result<(Resource<DynPollable>,)> {
+    let table = store.data_mut().ctx().table;
+    let ready = table.push(Elapsed { yielded: false })?;
+    Ok((subscribe(table, ready)?,))
+}
+
+/// A sleep on a stopped clock: over as soon as it is polled, after one
+/// yield so that a guest polling in a loop does not starve the runtime.
+struct Elapsed {
+    yielded: bool,
+}
+
+#[async_trait::async_trait]
+impl Pollable for Elapsed {
+    async fn ready(&mut self) {
+        if !self.yielded {
+            self.yielded = true;
+            tokio::task::yield_now().await;
+        }
     }
 }
