@@ -24,9 +24,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use store::{Job, JobState, Recorded, Store};
-use tokio::sync::watch;
 
 pub use store::Request;
 
@@ -130,8 +130,9 @@ struct Inner {
     budget: Arc<Budget>,
     price: Option<PriceSpec>,
     queue: Mutex<Queue>,
-    /// Bumped whenever answers arrive: parked rows look again.
-    changed: watch::Sender<u64>,
+    /// The rows waiting on this endpoint's batches, woken to look again
+    /// whenever answers arrive and once the run stops.
+    wakers: Mutex<Vec<Waker>>,
     counts: Counts,
     /// Stopped when the queue is dropped; the provider keeps working on
     /// what was submitted, and a resume follows it again.
@@ -179,7 +180,7 @@ impl BatchQueue {
             budget,
             price: spec.price.clone(),
             queue: Mutex::new(Queue::default()),
-            changed: watch::channel(0).0,
+            wakers: Mutex::new(Vec::new()),
             counts: Counts::default(),
             tasks: Mutex::new(Vec::new()),
         });
@@ -189,6 +190,14 @@ impl BatchQueue {
         queue.take_up_recorded()?;
         let gatherer = tokio::spawn(Arc::clone(&inner).gather());
         inner.keep(gatherer.abort_handle());
+        let waking = tokio::spawn({
+            let inner = Arc::clone(&inner);
+            async move {
+                inner.stop.draining().await;
+                inner.wake_all();
+            }
+        });
+        inner.keep(waking.abort_handle());
         Ok(queue)
     }
 
@@ -252,39 +261,41 @@ impl BatchQueue {
         }
     }
 
-    /// Resolves once none of `custom_ids` waits any more, or fails once the
+    /// Ready once none of `custom_ids` waits any more, or failed once the
     /// run stops: the row then keeps no outcome, and a resume takes it up.
-    pub async fn wait(&self, custom_ids: &[String]) -> Result<(), String> {
-        let mut changed = self.inner.changed.subscribe();
-        loop {
-            if self.inner.stop.is_draining() {
-                let reason = self
-                    .inner
-                    .stop
-                    .reason()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                return Err(format!(
-                    "detached from the batches of endpoint `{}` ({reason})",
-                    self.inner.endpoint
-                ));
-            }
-            let pending = {
-                let queue = self.inner.queue();
-                custom_ids.iter().any(|id| {
-                    matches!(
-                        queue.entries.get(id),
-                        Some(Entry::Waiting | Entry::InJob) | None
-                    )
-                })
-            };
-            if !pending {
-                return Ok(());
-            }
-            tokio::select! {
-                _ = changed.changed() => {}
-                _ = self.inner.stop.draining() => {}
-            }
+    /// While pending, `cx` is woken when answers arrive or the run stops;
+    /// a waiting row is so only data, with no future of its own to wait in.
+    pub fn poll_answered(
+        &self,
+        custom_ids: &[String],
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        // Registered before looking, so answers handed out in between still
+        // wake the row.
+        self.inner.wake_later(cx.waker());
+        if self.inner.stop.is_draining() {
+            let reason = self
+                .inner
+                .stop
+                .reason()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            return Poll::Ready(Err(format!(
+                "detached from the batches of endpoint `{}` ({reason})",
+                self.inner.endpoint
+            )));
+        }
+        let queue = self.inner.queue();
+        let pending = custom_ids.iter().any(|id| {
+            matches!(
+                queue.entries.get(id),
+                Some(Entry::Waiting | Entry::InJob) | None
+            )
+        });
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
         }
     }
 
@@ -339,6 +350,21 @@ impl Inner {
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake_later(&self, waker: &Waker) {
+        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        // A row waiting on several requests of this endpoint asks once.
+        if !wakers.last().is_some_and(|last| last.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+    }
+
+    fn wake_all(&self) {
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
+        for waker in wakers {
+            waker.wake();
+        }
     }
 
     /// Sends a batch whenever one is full, or once requests stopped coming.
@@ -639,7 +665,7 @@ impl Inner {
             queue.entries.insert(result.custom_id, entry);
         }
         drop(queue);
-        self.changed.send_modify(|n| *n += 1);
+        self.wake_all();
     }
 
     /// Tries a provider call again while the network breaks, but not past
@@ -734,12 +760,21 @@ pub struct Parked {
 }
 
 impl Parked {
-    /// Resolves once every request is answered; Err once the run stops.
-    pub async fn wait(&self) -> Result<(), String> {
+    /// Ready once every request is answered; Err once the run stops.
+    pub fn poll_answered(&self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+        let mut pending = false;
         for (queue, id) in &self.waits {
-            queue.wait(std::slice::from_ref(id)).await?;
+            match queue.poll_answered(std::slice::from_ref(id), cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(detached)) => return Poll::Ready(Err(detached)),
+                Poll::Pending => pending = true,
+            }
         }
-        Ok(())
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
+        }
     }
 }
 
