@@ -5,8 +5,9 @@
 //! large as the largest state it can be in (the guest's run), for every
 //! waiting row. Here a waiting call is data instead: its rows as the guest
 //! takes them and the requests they wait for. The guest's run is a boxed
-//! future that lives only while the guest runs, and is made afresh when the
-//! answers are in.
+//! future made only once the call has its turn at the node's guest slots,
+//! and made afresh when the answers are in: the many calls waiting for a
+//! turn hold only the small future that waits for it.
 
 use super::setup::Node;
 use super::stage::{Attempt, Call, Flow};
@@ -19,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
+use tokio::sync::OwnedSemaphorePermit;
 
 pub struct ResumableCall {
     node: Arc<Node>,
@@ -29,6 +31,11 @@ pub struct ResumableCall {
 }
 
 enum State {
+    /// Waits for a turn at the node's guest slots.
+    Queued {
+        call: Call,
+        turn: BoxFuture<'static, Option<OwnedSemaphorePermit>>,
+    },
     /// The guest runs over the call's rows.
     Running(BoxFuture<'static, (Call, Attempt)>),
     Waiting {
@@ -55,7 +62,11 @@ impl Node {
                 Some(stopped) => {
                     State::Finished(self.finish_call(call, Err(stopped), audit.as_ref()))
                 }
-                None => State::Running(run(Arc::clone(&self), call, Duration::ZERO)),
+                None => {
+                    let mut call = call;
+                    call.shed_rows();
+                    queue(&self, call)
+                }
             },
         };
         ResumableCall {
@@ -67,9 +78,27 @@ impl Node {
     }
 }
 
-fn run(node: Arc<Node>, call: Call, waited: Duration) -> BoxFuture<'static, (Call, Attempt)> {
+fn queue(node: &Node, call: Call) -> State {
+    let slots = node.guest_slots.clone();
+    State::Queued {
+        call,
+        turn: Box::pin(async move {
+            match slots {
+                Some(slots) => Some(slots.acquire_owned().await.expect("never closed")),
+                None => None,
+            }
+        }),
+    }
+}
+
+fn run(
+    node: Arc<Node>,
+    call: Call,
+    waited: Duration,
+    slot: Option<OwnedSemaphorePermit>,
+) -> BoxFuture<'static, (Call, Attempt)> {
     Box::pin(async move {
-        let attempt = node.attempt(&call.input, &call.scopes, waited).await;
+        let attempt = node.attempt(&call.input, &call.scopes, waited, slot).await;
         (call, attempt)
     })
 }
@@ -81,14 +110,27 @@ impl Future for ResumableCall {
         let this = self.get_mut();
         loop {
             match &mut this.state {
+                State::Queued { turn, .. } => {
+                    let slot = ready!(turn.as_mut().poll(cx));
+                    let State::Queued { call, .. } =
+                        std::mem::replace(&mut this.state, State::Taken)
+                    else {
+                        unreachable!("matched above")
+                    };
+                    this.state =
+                        State::Running(run(Arc::clone(&this.node), call, this.waited, slot));
+                }
                 State::Running(running) => {
-                    let (call, attempt) = ready!(running.as_mut().poll(cx));
+                    let (mut call, attempt) = ready!(running.as_mut().poll(cx));
                     this.state = match attempt {
-                        Attempt::Finished(outcomes) => State::Finished(this.node.finish_call(
-                            call,
-                            outcomes,
-                            this.audit.as_ref(),
-                        )),
+                        Attempt::Finished(outcomes) => {
+                            call.restore_rows();
+                            State::Finished(this.node.finish_call(
+                                call,
+                                outcomes,
+                                this.audit.as_ref(),
+                            ))
+                        }
                         Attempt::Parked(parked) => State::Waiting {
                             call,
                             parked,
@@ -106,15 +148,19 @@ impl Future for ResumableCall {
                     this.state = match answered {
                         Ok(()) => {
                             this.waited += since.elapsed();
-                            State::Running(run(Arc::clone(&this.node), call, this.waited))
+                            queue(&this.node, call)
                         }
                         // The run stops: the rows keep no outcome, and a
                         // resume takes them up.
-                        Err(detached) => State::Finished(this.node.finish_call(
-                            call,
-                            Err(RowError::new("detached", detached)),
-                            this.audit.as_ref(),
-                        )),
+                        Err(detached) => {
+                            let mut call = call;
+                            call.restore_rows();
+                            State::Finished(this.node.finish_call(
+                                call,
+                                Err(RowError::new("detached", detached)),
+                                this.audit.as_ref(),
+                            ))
+                        }
                     };
                 }
                 State::Finished(_) => {

@@ -11,6 +11,7 @@ use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// A source row (or a batch of them) on its way through the nodes.
 pub struct Flow {
@@ -279,7 +280,16 @@ impl Node {
         }
         let mut waited = std::time::Duration::ZERO;
         loop {
-            match self.attempt(input, scopes, waited).await {
+            let slot = match &self.guest_slots {
+                Some(slots) => Some(
+                    Arc::clone(slots)
+                        .acquire_owned()
+                        .await
+                        .expect("never closed"),
+                ),
+                None => None,
+            };
+            match self.attempt(input, scopes, waited, slot).await {
                 Attempt::Finished(outcomes) => return outcomes,
                 // A node granted a Batch API endpoint runs its calls as
                 // `ResumableCall`s, which wait as data; this only keeps a
@@ -313,17 +323,15 @@ impl Node {
     }
 
     /// Runs the guest once over `input`, after `waited` on provider
-    /// batches: to its outcomes, or until its rows park on a batch.
+    /// batches, in `slot` (one of `guest_slots`): to its outcomes, or until
+    /// its rows park on a batch.
     pub(super) async fn attempt(
         &self,
         input: &[String],
         scopes: &[RowScope],
         waited: std::time::Duration,
+        slot: Option<OwnedSemaphorePermit>,
     ) -> Attempt {
-        let slot = match &self.guest_slots {
-            Some(slots) => Some(slots.acquire().await.expect("never closed")),
-            None => None,
-        };
         // Boxed: a future is as large as its largest state, and wasmtime's
         // call would make the future of every row in flight cost kilobytes.
         let checkout = Box::pin(self.runtime.checkout());
@@ -474,6 +482,36 @@ pub(super) struct Call {
     pub(super) scopes: Vec<RowScope>,
     /// Which of `input` each live flow's rows are.
     spans: Vec<std::ops::Range<usize>>,
+}
+
+impl Call {
+    /// Drops the live rows' values, which `input` holds as JSON text too,
+    /// and fits that text to its size: a call that waits long keeps its
+    /// rows once, and no spare capacity.
+    pub(super) fn shed_rows(&mut self) {
+        self.input.iter_mut().for_each(String::shrink_to_fit);
+        for &i in &self.live {
+            if let Ok(rows) = &mut self.flows[i].state {
+                *rows = Vec::new();
+            }
+        }
+    }
+
+    /// The live rows' values again, read from `input`, for `finish_call`
+    /// (a failed row goes to an `on_error` sink as it entered the node).
+    pub(super) fn restore_rows(&mut self) {
+        for (k, &i) in self.live.iter().enumerate() {
+            if let Ok(rows) = &mut self.flows[i].state {
+                *rows = self.input[self.spans[k].clone()]
+                    .iter()
+                    .map(|text| match serde_json::from_str(text) {
+                        Ok(serde_json::Value::Object(row)) => row,
+                        _ => unreachable!("serialized from a row by prepare_call"),
+                    })
+                    .collect();
+            }
+        }
+    }
 }
 
 /// A node state's rows as JSON text: as the guest got them, and as it

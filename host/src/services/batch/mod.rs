@@ -548,7 +548,9 @@ impl Inner {
         // provider works, which may be hours.
         drop(requests);
         let status = self.poll_until_ended(&batch_id, job.job_id).await?;
-        let requests = self.store.requests_of(job.job_id)?;
+        // Their ids only: the bodies stay in the database, whence the few
+        // requests sent again are read.
+        let custom_ids = self.store.custom_ids_of(job.job_id)?;
         let (results, unreadable) = self.retry(|| self.client.results(&status)).await?;
         if unreadable > 0 {
             tracing::warn!(
@@ -556,15 +558,15 @@ impl Inner {
                 "batch {batch_id}: {unreadable} result lines could not be read; their requests go into another batch"
             );
         }
-        let results = self.complete(&requests, results, &status);
+        let results = self.complete(&custom_ids, results, &status);
+        drop(custom_ids);
         self.store.ended(job.job_id, &status.status, &results)?;
         *self
             .counts
             .last_end
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        self.hand_out(&requests, results);
-        Ok(())
+        self.hand_out(results)
     }
 
     async fn poll_until_ended(&self, batch_id: &str, job_id: i64) -> Result<Status> {
@@ -592,17 +594,17 @@ impl Inner {
     /// batch for a reason its lines do not share.
     fn complete(
         &self,
-        requests: &[Request],
+        custom_ids: &[String],
         mut results: Vec<LineResult>,
         status: &Status,
     ) -> Vec<LineResult> {
         let known: std::collections::HashSet<&str> =
-            requests.iter().map(|r| r.custom_id.as_str()).collect();
+            custom_ids.iter().map(String::as_str).collect();
         results.retain(|r| known.contains(r.custom_id.as_str()));
         let answered: std::collections::HashSet<String> =
             results.iter().map(|r| r.custom_id.clone()).collect();
-        for r in requests {
-            if answered.contains(&r.custom_id) {
+        for custom_id in custom_ids {
+            if answered.contains(custom_id) {
                 continue;
             }
             let outcome = match &status.errors {
@@ -616,7 +618,7 @@ impl Inner {
                 },
             };
             results.push(LineResult {
-                custom_id: r.custom_id.clone(),
+                custom_id: custom_id.clone(),
                 outcome,
             });
         }
@@ -625,9 +627,8 @@ impl Inner {
 
     /// Makes the results known to the rows waiting on them, and queues the
     /// requests to try again.
-    fn hand_out(&self, requests: &[Request], results: Vec<LineResult>) {
-        let by_id: HashMap<&str, &Request> =
-            requests.iter().map(|r| (r.custom_id.as_str(), r)).collect();
+    fn hand_out(&self, results: Vec<LineResult>) -> Result<()> {
+        let mut again = Vec::new();
         let mut queue = self.queue();
         for result in results {
             let entry = match result.outcome {
@@ -654,10 +655,7 @@ impl Inner {
                         Entry::Online
                     } else {
                         self.counts.resubmitted.fetch_add(1, Ordering::Relaxed);
-                        if let Some(request) = by_id.get(result.custom_id.as_str()) {
-                            queue.waiting.push((*request).clone());
-                            queue.last_added = Some(Instant::now());
-                        }
+                        again.push(result.custom_id.clone());
                         Entry::Waiting
                     }
                 }
@@ -665,7 +663,15 @@ impl Inner {
             queue.entries.insert(result.custom_id, entry);
         }
         drop(queue);
+        // Read outside the queue's lock, and queued before any row looks.
+        let again = self.store.requests(&again)?;
+        if !again.is_empty() {
+            let mut queue = self.queue();
+            queue.waiting.extend(again);
+            queue.last_added = Some(Instant::now());
+        }
         self.wake_all();
+        Ok(())
     }
 
     /// Tries a provider call again while the network breaks, but not past
