@@ -21,7 +21,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     println!(
         "\nbatch api: rows through one provider batch (completes 5 s after creation) vs online (no latency)"
     );
-    for rows in [10_000, 100_000] {
+    for rows in [10_000, 30_000, 100_000] {
         for batch in [true, false] {
             let server = TestLlmServer::start(Script {
                 batch_seconds: Duration::from_secs(5),

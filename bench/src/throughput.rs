@@ -322,7 +322,7 @@ pub struct Usage {
 }
 
 /// Runs `weir run` (with `extra` arguments) and reads that child's own
-/// rusage (CPU time, peak RSS).
+/// CPU time (rusage) and peak RSS (its high-water mark while it ran).
 pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::Result<Usage> {
     let weir = weir.to_path_buf();
     let pipeline = pipeline.to_path_buf();
@@ -339,7 +339,27 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
         // SAFETY: wait4 fills the zeroed rusage of the child we spawned and
         // have not waited for; std's Child is not used to wait afterwards.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+        // The child's own high-water mark, read while it runs: its rusage
+        // peak also counts this process's memory, which Linux carries over
+        // from the fork into the child's exec.
+        let mut peak_kib = None;
+        let pid = loop {
+            if let Some(hwm) = high_water_kib(child.id()) {
+                peak_kib = Some(peak_kib.map_or(hwm, |peak: i64| peak.max(hwm)));
+            }
+            let pid = unsafe {
+                libc::wait4(
+                    child.id() as libc::pid_t,
+                    &mut status,
+                    libc::WNOHANG,
+                    &mut usage,
+                )
+            };
+            if pid != 0 {
+                break pid;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         anyhow::ensure!(pid > 0, "wait4 failed: {}", std::io::Error::last_os_error());
         anyhow::ensure!(
             libc::WIFEXITED(status) && matches!(libc::WEXITSTATUS(status), 0 | 2),
@@ -349,10 +369,17 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
         Ok(Usage {
             user: usage.ru_utime.tv_sec as f64 + usage.ru_utime.tv_usec as f64 / 1e6,
             system: usage.ru_stime.tv_sec as f64 + usage.ru_stime.tv_usec as f64 / 1e6,
-            max_rss_kib: usage.ru_maxrss,
+            max_rss_kib: peak_kib.unwrap_or(usage.ru_maxrss),
         })
     })
     .await?
+}
+
+/// `VmHWM` of a running process: the most memory it has held resident.
+fn high_water_kib(pid: u32) -> Option<i64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// One request in twenty answered with a 500, a 503, a reset connection or

@@ -9,14 +9,15 @@ mod ordered;
 mod progress;
 mod quarantine;
 mod report;
+mod resumable;
 mod resume;
 mod setup;
 mod source_check;
 mod stage;
 
 pub use merge::{Merged, merge};
-// `weir test` runs a node's rows through exactly the code `weir run` uses.
 pub use report::{EndpointReport, RunReport};
+// `weir test` runs a node's rows through exactly the code `weir run` uses.
 pub(crate) use setup::Node;
 pub(crate) use stage::Flow;
 
@@ -27,6 +28,7 @@ use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, Record, ResumePoint, RowRecord, RunEnd};
 use crate::services::executor::RunControls;
 use crate::services::stop::RunStop;
+use futures::FutureExt;
 use futures::stream::{self, BoxStream, StreamExt};
 use ordered::OrderedWindowExt;
 use resume::SourceCheck;
@@ -585,7 +587,19 @@ fn flow_through_nodes(
         let node = Arc::clone(node);
         let audit = audit.cloned();
         let (concurrency, window) = (node.config.concurrency, node.config.reorder_window);
+        // A node granted a Batch API endpoint keeps up to its window of rows
+        // waiting on batches: as data (`resumable`), where the others run
+        // each row as one future.
+        let waits_on_batches = node.guest_slots.is_some();
         flows = match node.config.batch.clone() {
+            None if waits_on_batches => flows
+                .map(move |flow| {
+                    Arc::clone(&node)
+                        .resumable(vec![flow], audit.clone())
+                        .map(|mut out| out.pop().expect("one flow in, one out"))
+                })
+                .ordered_window(concurrency, window)
+                .boxed(),
             None => flows
                 .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
                 .ordered_window(concurrency, window)
@@ -598,11 +612,20 @@ fn flow_through_nodes(
                     }
                     None => flows.chunks(batch.count).boxed(),
                 };
-                batches
-                    .map(move |flows| Arc::clone(&node).process_batch(flows, audit.clone()))
-                    .ordered_window(concurrency / batch.count, window / batch.count)
-                    .flat_map(stream::iter)
-                    .boxed()
+                let (running, window) = (concurrency / batch.count, window / batch.count);
+                if waits_on_batches {
+                    batches
+                        .map(move |flows| Arc::clone(&node).resumable(flows, audit.clone()))
+                        .ordered_window(running, window)
+                        .flat_map(stream::iter)
+                        .boxed()
+                } else {
+                    batches
+                        .map(move |flows| Arc::clone(&node).process_batch(flows, audit.clone()))
+                        .ordered_window(running, window)
+                        .flat_map(stream::iter)
+                        .boxed()
+                }
             }
         };
     }

@@ -7,7 +7,7 @@
 //! once `n - 1` have finished behind it. Here the finished ones wait as plain
 //! outputs, which cost memory only, while new ones keep starting.
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, FutureExt};
 use futures::stream::{FusedStream, FuturesUnordered, Stream, StreamExt};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -63,8 +63,11 @@ where
                 Poll::Ready(Some(future)) => {
                     let seq = self.oldest_seq + self.finished.len() as u64;
                     self.finished.push_back(None);
+                    // Mapped rather than awaited in an async block, which
+                    // would hold the future twice over: once as captured,
+                    // once as awaited.
                     self.running_futures
-                        .push(Box::pin(async move { (seq, future.await) }));
+                        .push(Box::pin(future.map(move |output| (seq, output))));
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }

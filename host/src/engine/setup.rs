@@ -29,7 +29,7 @@ pub struct Node {
     /// Rows running the component at once, for a node granted a Batch API
     /// endpoint: its many waiting rows hold no instance, and those that run
     /// again when a batch ends take turns instead of each starting one.
-    pub guest_slots: Option<tokio::sync::Semaphore>,
+    pub guest_slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 pub struct Prepared {
@@ -231,9 +231,9 @@ impl Node {
             rows_truncated: Default::default(),
             runtime,
             guest_slots: batch_mode.then(|| {
-                tokio::sync::Semaphore::new(
+                Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
-                )
+                ))
             }),
         }
     }

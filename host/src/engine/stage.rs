@@ -13,6 +13,7 @@ use crate::types::{Row, RowError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::RunError;
 
@@ -61,9 +62,8 @@ impl Node {
         flows: Vec<Flow>,
         audit: Option<Arc<AuditLog>>,
     ) -> Vec<Flow> {
-        // Only the call and the guest's run are held across the wait: a row
-        // waiting on a provider batch keeps this future alive, so the work
-        // before and after is done in plain functions, which keep nothing.
+        // The work before and after the guest's run is done in plain
+        // functions, whose locals the future does not keep across its wait.
         let call = match self.prepare_call(flows, audit.as_ref()) {
             Ok(call) => call,
             Err(flows) => return flows,
@@ -74,7 +74,7 @@ impl Node {
 
     /// The guest's input for the live rows of `flows`, and their node
     /// states; the flows back when none is live.
-    fn prepare_call(
+    pub(super) fn prepare_call(
         &self,
         flows: Vec<Flow>,
         audit: Option<&Arc<AuditLog>>,
@@ -150,7 +150,7 @@ impl Node {
 
     /// Checks what the guest returned, records each node state, and hands
     /// the flows on.
-    fn finish_call(
+    pub(super) fn finish_call(
         &self,
         call: Call,
         outcomes: Result<Vec<Outcome>, RowError>,
@@ -281,81 +281,105 @@ impl Node {
         input: &[String],
         scopes: &[RowScope],
     ) -> Result<Vec<Outcome>, RowError> {
+        if let Some(stopped) = self.stopped_after_traps() {
+            return Err(stopped);
+        }
+        let mut waited = std::time::Duration::ZERO;
+        loop {
+            let slot = match &self.guest_slots {
+                Some(slots) => Some(
+                    Arc::clone(slots)
+                        .acquire_owned()
+                        .await
+                        .expect("never closed"),
+                ),
+                None => None,
+            };
+            match self.attempt(input, scopes, waited, slot).await {
+                Attempt::Finished(outcomes) => return outcomes,
+                // A node granted a Batch API endpoint runs its calls as
+                // `ResumableCall`s, which wait as data; this only keeps a
+                // call correct should one park here.
+                Attempt::Parked(parked) => {
+                    let since = Instant::now();
+                    std::future::poll_fn(|cx| parked.poll_answered(cx))
+                        .await
+                        .map_err(|detached| RowError::new("detached", detached))?;
+                    waited += since.elapsed();
+                }
+            }
+        }
+    }
+
+    /// The error of a node stopped after `limits.stop_after_traps` calls in
+    /// a row trapped.
+    pub(super) fn stopped_after_traps(&self) -> Option<RowError> {
         let traps = self.traps_in_a_row.load(Ordering::Relaxed);
-        if let Some(stop) = self.config.limits.stop_after_traps
-            && traps >= stop
-        {
-            return Err(RowError::new(
+        let stop = self.config.limits.stop_after_traps?;
+        (traps >= stop).then(|| {
+            RowError::new(
                 "node_stopped",
                 format!(
                     "node `{}` stopped after {traps} calls in a row trapped \
                      (limits.stop_after_traps: {stop})",
                     self.config.name
                 ),
-            ));
-        }
-        let mut waited = std::time::Duration::ZERO;
-        loop {
-            let slot = match &self.guest_slots {
-                Some(slots) => Some(slots.acquire().await.expect("never closed")),
-                None => None,
-            };
-            // Boxed: a future is as large as its largest state, and a row
-            // waiting on a provider batch keeps this one alive; unboxed,
-            // wasmtime's call would make each waiting row cost kilobytes.
-            let checkout = Box::pin(self.runtime.checkout());
-            let mut instance = checkout.await.map_err(|e| match e.limit {
-                Some(limit) => self.trap_error(Some(limit), &e),
-                None => RowError::new("guest_unavailable", e.message),
-            })?;
-            let run = scopes.iter().map(|s| s.restart(waited)).collect();
-            let processed = Box::pin(instance.process(input, run)).await;
-            self.rows_truncated
-                .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
-            drop(slot);
-            let processed = match processed {
-                Err(Interrupted::Parked(parked)) => Err(parked),
-                Ok(outcomes) => Ok(Ok(outcomes)),
-                Err(Interrupted::Trap(trap)) => Ok(Err(trap)),
-            };
-            let processed = match processed {
-                Ok(processed) => processed,
-                Err(parked) => {
-                    // The instance is dropped: a waiting row holds only its data.
-                    drop(instance);
-                    let since = Instant::now();
-                    parked
-                        .wait()
-                        .await
-                        .map_err(|detached| RowError::new("detached", detached))?;
-                    waited += since.elapsed();
-                    continue;
-                }
-            };
-            return match processed {
-                Ok(outcomes) if outcomes.len() == input.len() => {
-                    self.runtime.checkin(instance);
-                    self.traps_in_a_row.store(0, Ordering::Relaxed);
-                    Ok(outcomes
-                        .into_iter()
-                        .map(|o| self.within_output_limit(o))
-                        .collect())
-                }
-                Ok(outcomes) => Err(RowError::new(
-                    "guest_contract_violation",
-                    format!(
-                        "the component returned {} outcomes for {} rows",
-                        outcomes.len(),
-                        input.len()
-                    ),
-                )),
-                // The instance is dropped: after a trap its state cannot be trusted.
-                Err(trap) => {
-                    self.traps_in_a_row.fetch_add(1, Ordering::Relaxed);
-                    Err(self.trap_error(instance.limit_hit(), &trap))
-                }
-            };
-        }
+            )
+        })
+    }
+
+    /// Runs the guest once over `input`, after `waited` on provider
+    /// batches, in `slot` (one of `guest_slots`): to its outcomes, or until
+    /// its rows park on a batch.
+    pub(super) async fn attempt(
+        &self,
+        input: &[String],
+        scopes: &[RowScope],
+        waited: std::time::Duration,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Attempt {
+        // Boxed: a future is as large as its largest state, and wasmtime's
+        // call would make the future of every row in flight cost kilobytes.
+        let checkout = Box::pin(self.runtime.checkout());
+        let mut instance = match checkout.await {
+            Ok(instance) => instance,
+            Err(e) => {
+                return Attempt::Finished(Err(match e.limit {
+                    Some(limit) => self.trap_error(Some(limit), &e),
+                    None => RowError::new("guest_unavailable", e.message),
+                }));
+            }
+        };
+        let run = scopes.iter().map(|s| s.restart(waited)).collect();
+        let processed = Box::pin(instance.process(input, run)).await;
+        self.rows_truncated
+            .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
+        drop(slot);
+        Attempt::Finished(match processed {
+            // The instance is dropped: a waiting row holds only its data.
+            Err(Interrupted::Parked(parked)) => return Attempt::Parked(parked),
+            Ok(outcomes) if outcomes.len() == input.len() => {
+                self.runtime.checkin(instance);
+                self.traps_in_a_row.store(0, Ordering::Relaxed);
+                Ok(outcomes
+                    .into_iter()
+                    .map(|o| self.within_output_limit(o))
+                    .collect())
+            }
+            Ok(outcomes) => Err(RowError::new(
+                "guest_contract_violation",
+                format!(
+                    "the component returned {} outcomes for {} rows",
+                    outcomes.len(),
+                    input.len()
+                ),
+            )),
+            // The instance is dropped: after a trap its state cannot be trusted.
+            Err(Interrupted::Trap(trap)) => {
+                self.traps_in_a_row.fetch_add(1, Ordering::Relaxed);
+                Err(self.trap_error(instance.limit_hit(), &trap))
+            }
+        })
     }
 
     /// Names the limit a trap came from, when it came from one.
@@ -440,8 +464,17 @@ impl Node {
     }
 }
 
+/// What one run of a node's guest came to.
+pub(super) enum Attempt {
+    /// One outcome per row, or an error for them all.
+    Finished(Result<Vec<Outcome>, RowError>),
+    /// Its rows wait on provider batches; the guest runs again once they
+    /// are answered.
+    Parked(crate::services::batch::Parked),
+}
+
 /// One call of a node's guest over the live rows of some flows.
-struct Call {
+pub(super) struct Call {
     flows: Vec<Flow>,
     /// Which of `flows` go to the guest.
     live: Vec<usize>,
@@ -451,10 +484,40 @@ struct Call {
     state_ids: Vec<u64>,
     batch_id: Option<u64>,
     /// The rows as the guest gets them, and each one's node state.
-    input: Vec<String>,
-    scopes: Vec<RowScope>,
+    pub(super) input: Vec<String>,
+    pub(super) scopes: Vec<RowScope>,
     /// Which of `input` each live flow's rows are.
     spans: Vec<std::ops::Range<usize>>,
+}
+
+impl Call {
+    /// Drops the live rows' values, which `input` holds as JSON text too,
+    /// and fits that text to its size: a call that waits long keeps its
+    /// rows once, and no spare capacity.
+    pub(super) fn shed_rows(&mut self) {
+        self.input.iter_mut().for_each(String::shrink_to_fit);
+        for &i in &self.live {
+            if let Ok(rows) = &mut self.flows[i].state {
+                *rows = Vec::new();
+            }
+        }
+    }
+
+    /// The live rows' values again, read from `input`, for `finish_call`
+    /// (a failed row goes to an `on_error` sink as it entered the node).
+    pub(super) fn restore_rows(&mut self) {
+        for (k, &i) in self.live.iter().enumerate() {
+            if let Ok(rows) = &mut self.flows[i].state {
+                *rows = self.input[self.spans[k].clone()]
+                    .iter()
+                    .map(|text| match serde_json::from_str(text) {
+                        Ok(serde_json::Value::Object(row)) => row,
+                        _ => unreachable!("serialized from a row by prepare_call"),
+                    })
+                    .collect();
+            }
+        }
+    }
 }
 
 /// A node state's rows as JSON text: as the guest got them, and as it

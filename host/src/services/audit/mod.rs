@@ -1,6 +1,7 @@
 //! The audit trail: an embedded SQLite database written by one dedicated
 //! thread, in batched transactions, so recording never holds up a row.
 
+mod budget;
 mod error;
 mod history;
 mod lock;
@@ -25,19 +26,21 @@ pub use writer::Totals;
 
 use crate::context::{Context, causes};
 use crate::io::FileStamp;
+use budget::ByteBudget;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use writer::Scope;
+use writer::{Queued, Scope};
 
 type Result<T, E = AuditError> = std::result::Result<T, E>;
 
-/// Records sent but not yet written, at most; senders wait beyond it, which
-/// only happens if the disk cannot keep up.
-const QUEUE_DEPTH: usize = 100_000;
+/// Bytes of records sent but not yet written, at most; senders wait beyond
+/// it. A burst of rows finishing at once (a provider batch's answers) meets
+/// it; steady work, whose records the writer takes as they come, does not.
+const QUEUE_BYTES: usize = 32 << 20;
 
 /// How long a stopping run waits for the writer to commit what it was
 /// handed, before it counts what the database holds.
@@ -46,7 +49,8 @@ const FLUSH_WAIT: Duration = Duration::from_secs(30);
 pub struct AuditLog {
     path: PathBuf,
     scope: Scope,
-    tx: Option<mpsc::SyncSender<Record>>,
+    tx: Option<mpsc::Sender<Queued>>,
+    budget: Arc<ByteBudget>,
     writer: Option<JoinHandle<Result<Connection>>>,
     next_state: AtomicU64,
     next_batch: AtomicU64,
@@ -110,26 +114,31 @@ impl AuditLog {
         replay: Option<Replay>,
         lock: RunLock,
     ) -> Result<Self> {
-        let (tx, rx) = mpsc::sync_channel(QUEUE_DEPTH);
+        let (tx, rx) = mpsc::channel();
+        let budget = Arc::new(ByteBudget::new(QUEUE_BYTES));
         let failure = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&failure);
         let db = path.to_path_buf();
+        let released = Arc::clone(&budget);
         let writer = std::thread::Builder::new()
             .name("weir-audit".into())
             .spawn(move || {
-                let written = writer::run(conn, scope, &rx).map_err(|e| AuditError::write(&db, e));
+                let written = writer::run(conn, scope, &rx, &released)
+                    .map_err(|e| AuditError::write(&db, e));
                 if let (Err(e), Ok(mut slot)) = (&written, slot.lock()) {
                     *slot = Some(causes(e));
                 }
                 // Only now do senders learn that the writer is gone: the
                 // cause is in place for them.
                 drop(rx);
+                released.close();
                 written
             })?;
         Ok(Self {
             path: path.to_path_buf(),
             scope,
             tx: Some(tx),
+            budget,
             writer: Some(writer),
             next_state: AtomicU64::new(next_state),
             next_batch: AtomicU64::new(next_batch),
@@ -169,10 +178,17 @@ impl AuditLog {
         self.next_batch.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Hands `record` to the writer, first waiting while the records not
+    /// yet written hold more than their byte budget: a wait as long as the
+    /// disk takes to write them, since the writer never waits on a sender.
     pub fn record(&self, record: Record) {
-        if let Some(tx) = &self.tx
-            && tx.send(record).is_err()
-        {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        let bytes = record.approx_bytes();
+        self.budget.take(bytes);
+        if tx.send(Queued { record, bytes }).is_err() {
+            self.budget.release(bytes);
             self.broken.store(true, Ordering::Relaxed);
         }
     }
@@ -204,7 +220,12 @@ impl AuditLog {
     pub fn committed_outcomes(&self) -> Option<u64> {
         let (ack, done) = mpsc::sync_channel(1);
         if let Some(tx) = &self.tx
-            && tx.send(Record::Flush(ack)).is_ok()
+            && tx
+                .send(Queued {
+                    record: Record::Flush(ack),
+                    bytes: 0,
+                })
+                .is_ok()
         {
             // A writer that failed drops the acknowledgement unsent.
             let _ = done.recv_timeout(FLUSH_WAIT);

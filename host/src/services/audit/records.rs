@@ -206,3 +206,85 @@ pub enum Record {
     /// Commit what came before, then acknowledge.
     Flush(std::sync::mpsc::SyncSender<()>),
 }
+
+impl Json {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Json::Hashed(sha256) => sha256.len(),
+            Json::Text(text) => text.len(),
+            Json::Array(texts) => texts.iter().map(|t| t.len() + TEXT_OVERHEAD).sum(),
+        }
+    }
+}
+
+/// What an allocation costs besides its bytes: the allocator's header and
+/// rounding, and the `String` or `Vec` that owns it.
+const TEXT_OVERHEAD: usize = 40;
+
+fn text_bytes(text: &str) -> usize {
+    text.len() + TEXT_OVERHEAD
+}
+
+fn optional_text_bytes(text: &Option<String>) -> usize {
+    text.as_deref().map_or(0, text_bytes)
+}
+
+impl Record {
+    /// About what the record holds in memory until it is written: what the
+    /// audit queue's byte budget counts.
+    pub fn approx_bytes(&self) -> usize {
+        let heap = match self {
+            Record::Node(n) => {
+                text_bytes(&n.name)
+                    + text_bytes(&n.component)
+                    + n.output_fields.iter().map(|f| text_bytes(f)).sum::<usize>()
+            }
+            Record::Endpoint(e) => text_bytes(&e.settings_json) + text_bytes(&e.url),
+            Record::Row(r) => text_bytes(&r.content_sha256),
+            Record::NodeState(s) => {
+                s.input.heap_bytes()
+                    + s.output.as_ref().map_or(0, Json::heap_bytes)
+                    + optional_text_bytes(&s.error_code)
+                    + optional_text_bytes(&s.error_message)
+            }
+            Record::Batch(b) => b.members.len() * 8 + TEXT_OVERHEAD,
+            Record::Attribute(a) => text_bytes(&a.key) + text_bytes(&a.value),
+            Record::Call(c) => {
+                text_bytes(&c.endpoint)
+                    + c.request.heap_bytes()
+                    + c.response.as_ref().map_or(0, Json::heap_bytes)
+                    + optional_text_bytes(&c.error)
+                    + optional_text_bytes(&c.provider_batch)
+            }
+            Record::Commit(c) => {
+                c.outcomes
+                    .iter()
+                    .map(|o| {
+                        std::mem::size_of::<OutcomeRecord>()
+                            + optional_text_bytes(&o.error_code)
+                            + optional_text_bytes(&o.error_message)
+                            + optional_text_bytes(&o.error_sink)
+                    })
+                    .sum::<usize>()
+                    + c.checkpoints
+                        .iter()
+                        .map(|(path, _)| text_bytes(path) + 8)
+                        .sum::<usize>()
+            }
+            Record::Payload(p) => text_bytes(&p.sha256) + text_bytes(&p.body),
+            Record::EndpointEvent(e) => {
+                text_bytes(&e.endpoint) + text_bytes(&e.event) + text_bytes(&e.detail)
+            }
+            Record::SourceRead { sha256 } => text_bytes(sha256),
+            Record::PathsRenamed(paths) => paths
+                .iter()
+                .map(|(old, new)| text_bytes(old) + text_bytes(new))
+                .sum(),
+            Record::SegmentStarted { .. }
+            | Record::SourceRefused
+            | Record::SourceReplaced
+            | Record::Flush(_) => 0,
+        };
+        std::mem::size_of::<Record>() + heap
+    }
+}

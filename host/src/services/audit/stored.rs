@@ -138,6 +138,11 @@ fn push_entry(entries: &mut Vec<u8>, key: Key, body: &str) {
     entries.extend_from_slice(body.as_bytes());
 }
 
+/// Source rows held at most: rows that wait long (on a provider batch, by
+/// the hundred thousand) have theirs written alone rather than kept in
+/// memory all that time.
+const HELD_ROWS: usize = 8192;
+
 /// Gathers on the writer thread the bodies each row records during one
 /// transaction, and writes them, compressed together, as that transaction's
 /// part of the row.
@@ -197,6 +202,9 @@ impl Bundler {
     pub fn add_source(&mut self, row_index: u64, sha256: &str, body: &str) {
         if !self.first_time(row_index, sha256) {
             return;
+        }
+        if self.held.len() >= HELD_ROWS {
+            self.release();
         }
         let entries = match self.pending.get_mut(&row_index) {
             Some(entries) => entries,

@@ -1,5 +1,6 @@
 //! The writer thread: drains the queue into one transaction per burst.
 
+use super::budget::ByteBudget;
 use super::outcome::{RowOutcome, RunStatus};
 use super::records::*;
 use super::stored::{Bundler, Hash};
@@ -23,6 +24,16 @@ const BATCH: usize = 20_000;
 /// than writing it, and committing each alone would write the WAL hundreds of
 /// times a second.
 const LINGER: Duration = Duration::from_millis(50);
+
+/// The writer hands bytes back to the queue's budget in steps of this many.
+const RELEASE_BYTES: usize = 256 << 10;
+
+/// A record on its way to the writer, with what the queue's budget counted
+/// for it.
+pub struct Queued {
+    pub record: Record,
+    pub bytes: usize,
+}
 
 pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     conn.execute(
@@ -79,26 +90,46 @@ fn hash(scope: Scope, bundler: &mut Bundler, row_index: u64, json: Json) -> Resu
 /// Writes until every sender is gone, then hands the connection back so the
 /// run's end can be checked against what was written. An error names the
 /// operating system's cause where SQLite knows it (a full disk).
-pub fn run(mut conn: Connection, scope: Scope, rx: &Receiver<Record>) -> Result<Connection> {
-    match write_all(&mut conn, scope, rx) {
+pub fn run(
+    mut conn: Connection,
+    scope: Scope,
+    rx: &Receiver<Queued>,
+    budget: &ByteBudget,
+) -> Result<Connection> {
+    match write_all(&mut conn, scope, rx, budget) {
         Ok(()) => Ok(conn),
         Err(e) => Err(with_os_error(&conn, e)),
     }
 }
 
-fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Result<()> {
+fn write_all(
+    conn: &mut Connection,
+    scope: Scope,
+    rx: &Receiver<Queued>,
+    budget: &ByteBudget,
+) -> Result<()> {
     let mut bundler = Bundler::new()?;
     while let Ok(first) = rx.recv() {
         let tx = conn.transaction()?;
         let mut acks = Vec::new();
-        let mut take = |record| match record {
-            Record::Flush(ack) => {
-                // Whoever waits reads the database next: all of it is there.
-                bundler.release();
-                acks.push(ack);
-                Ok(())
+        let mut written_bytes = 0;
+        let mut take = |Queued { record, bytes }| {
+            let taken = match record {
+                Record::Flush(ack) => {
+                    // Whoever waits reads the database next: all of it is there.
+                    bundler.release();
+                    acks.push(ack);
+                    Ok(())
+                }
+                record => write(&tx, scope, &mut bundler, record),
+            };
+            // The record is gone from memory: senders waiting on the budget
+            // go on, a few at a time rather than one wake-up per record.
+            written_bytes += bytes;
+            if written_bytes >= RELEASE_BYTES {
+                budget.release(std::mem::take(&mut written_bytes));
             }
-            record => write(&tx, scope, &mut bundler, record),
+            taken
         };
         take(first)?;
         let mut written = 1;
@@ -117,6 +148,7 @@ fn write_all(conn: &mut Connection, scope: Scope, rx: &Receiver<Record>) -> Resu
                 }
             }
         }
+        budget.release(written_bytes);
         if !open {
             bundler.release();
         }

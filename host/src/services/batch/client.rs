@@ -334,7 +334,7 @@ impl Client {
 
     /// Every result line of an ended batch, and how many could not be read.
     pub async fn results(&self, status: &Status) -> Result<(Vec<LineResult>, usize)> {
-        let mut texts = Vec::new();
+        let mut downloads = Vec::new();
         match self.wire {
             Wire::OpenAi | Wire::Azure => {
                 for file in [&status.output_file_id, &status.error_file_id]
@@ -342,35 +342,69 @@ impl Client {
                     .flatten()
                 {
                     let url = format!("{}/files/{file}/content", self.base);
-                    texts.push(
-                        self.send(
-                            self.request(reqwest::Method::GET, &url),
-                            &format!("download the batch file {file}"),
-                        )
-                        .await?,
-                    );
+                    downloads.push((url, format!("download the batch file {file}")));
                 }
             }
             Wire::Anthropic => {
                 if let Some(url) = &status.results_url {
-                    texts.push(
-                        self.send(
-                            self.request(reqwest::Method::GET, url),
-                            "download the batch results",
-                        )
-                        .await?,
-                    );
+                    downloads.push((url.clone(), "download the batch results".to_string()));
                 }
             }
         }
         let mut results = Vec::new();
         let mut unreadable = 0;
-        for text in texts {
-            let (mut more, bad) = lines::parse_results(self.wire, &text);
-            results.append(&mut more);
-            unreadable += bad;
+        for (url, what) in downloads {
+            self.read_lines(self.request(reqwest::Method::GET, &url), &what, |line| {
+                match lines::parse_line(self.wire, line) {
+                    Some(Some(result)) => results.push(result),
+                    Some(None) => unreadable += 1,
+                    None => {}
+                }
+            })
+            .await?;
         }
         Ok((results, unreadable))
+    }
+
+    /// Hands each line of the answer to `each` as it arrives: a results
+    /// file of 50,000 answers is never held whole.
+    async fn read_lines(
+        &self,
+        builder: reqwest::RequestBuilder,
+        what: &str,
+        mut each: impl FnMut(&str),
+    ) -> Result<()> {
+        let mut response = builder
+            .send()
+            .await
+            .with_context(|| format!("cannot {what}"))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let text = response.text().await.unwrap_or_default();
+            return Err(BatchError::Refused {
+                what: what.to_string(),
+                source: Refused {
+                    status,
+                    message: excerpt(&text),
+                },
+            });
+        }
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .with_context(|| format!("cannot {what}: the answer broke off"))?
+        {
+            pending.extend_from_slice(&chunk);
+            let mut start = 0;
+            while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
+                each(&String::from_utf8_lossy(&pending[start..start + end]));
+                start += end + 1;
+            }
+            pending.drain(..start);
+        }
+        each(&String::from_utf8_lossy(&pending));
+        Ok(())
     }
 
     pub async fn cancel(&self, batch_id: &str) -> Result<()> {

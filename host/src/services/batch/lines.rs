@@ -82,19 +82,30 @@ impl LineResult {
 pub fn parse_results(wire: Wire, text: &str) -> (Vec<LineResult>, usize) {
     let mut results = Vec::new();
     let mut unreadable = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let parsed = serde_json::from_str::<Value>(line)
+    for line in text.lines() {
+        match parse_line(wire, line) {
+            Some(Some(result)) => results.push(result),
+            Some(None) => unreadable += 1,
+            None => {}
+        }
+    }
+    (results, unreadable)
+}
+
+/// One line of a results file: None for a blank line, Some(None) for one
+/// that cannot be read.
+pub fn parse_line(wire: Wire, line: &str) -> Option<Option<LineResult>> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    Some(
+        serde_json::from_str::<Value>(line)
             .ok()
             .and_then(|v| match wire {
                 Wire::OpenAi | Wire::Azure => openai_result(&v),
                 Wire::Anthropic => anthropic_result(&v),
-            });
-        match parsed {
-            Some(result) => results.push(result),
-            None => unreadable += 1,
-        }
-    }
-    (results, unreadable)
+            }),
+    )
 }
 
 fn openai_result(line: &Value) -> Option<LineResult> {

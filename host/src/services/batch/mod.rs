@@ -25,9 +25,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use store::{Job, JobState, Recorded, Store};
-use tokio::sync::watch;
 
 pub use store::Request;
 
@@ -135,8 +135,9 @@ struct Inner {
     budget: Arc<Budget>,
     price: Option<PriceSpec>,
     queue: Mutex<Queue>,
-    /// Bumped whenever answers arrive: parked rows look again.
-    changed: watch::Sender<u64>,
+    /// The rows waiting on this endpoint's batches, woken to look again
+    /// whenever answers arrive and once the run stops.
+    wakers: Mutex<Vec<Waker>>,
     counts: Counts,
     /// Stopped when the queue is dropped; the provider keeps working on
     /// what was submitted, and a resume follows it again.
@@ -184,7 +185,7 @@ impl BatchQueue {
             budget,
             price: spec.price.clone(),
             queue: Mutex::new(Queue::default()),
-            changed: watch::channel(0).0,
+            wakers: Mutex::new(Vec::new()),
             counts: Counts::default(),
             tasks: Mutex::new(Vec::new()),
         });
@@ -194,6 +195,14 @@ impl BatchQueue {
         queue.take_up_recorded()?;
         let gatherer = tokio::spawn(Arc::clone(&inner).gather());
         inner.keep(gatherer.abort_handle());
+        let waking = tokio::spawn({
+            let inner = Arc::clone(&inner);
+            async move {
+                inner.stop.draining().await;
+                inner.wake_all();
+            }
+        });
+        inner.keep(waking.abort_handle());
         Ok(queue)
     }
 
@@ -257,39 +266,41 @@ impl BatchQueue {
         }
     }
 
-    /// Resolves once none of `custom_ids` waits any more, or fails once the
+    /// Ready once none of `custom_ids` waits any more, or failed once the
     /// run stops: the row then keeps no outcome, and a resume takes it up.
-    pub async fn wait(&self, custom_ids: &[String]) -> Result<(), String> {
-        let mut changed = self.inner.changed.subscribe();
-        loop {
-            if self.inner.stop.is_draining() {
-                let reason = self
-                    .inner
-                    .stop
-                    .reason()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                return Err(format!(
-                    "detached from the batches of endpoint `{}` ({reason})",
-                    self.inner.endpoint
-                ));
-            }
-            let pending = {
-                let queue = self.inner.queue();
-                custom_ids.iter().any(|id| {
-                    matches!(
-                        queue.entries.get(id),
-                        Some(Entry::Waiting | Entry::InJob) | None
-                    )
-                })
-            };
-            if !pending {
-                return Ok(());
-            }
-            tokio::select! {
-                _ = changed.changed() => {}
-                _ = self.inner.stop.draining() => {}
-            }
+    /// While pending, `cx` is woken when answers arrive or the run stops;
+    /// a waiting row is so only data, with no future of its own to wait in.
+    pub fn poll_answered(
+        &self,
+        custom_ids: &[String],
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), String>> {
+        // Registered before looking, so answers handed out in between still
+        // wake the row.
+        self.inner.wake_later(cx.waker());
+        if self.inner.stop.is_draining() {
+            let reason = self
+                .inner
+                .stop
+                .reason()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            return Poll::Ready(Err(format!(
+                "detached from the batches of endpoint `{}` ({reason})",
+                self.inner.endpoint
+            )));
+        }
+        let queue = self.inner.queue();
+        let pending = custom_ids.iter().any(|id| {
+            matches!(
+                queue.entries.get(id),
+                Some(Entry::Waiting | Entry::InJob) | None
+            )
+        });
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
         }
     }
 
@@ -344,6 +355,21 @@ impl Inner {
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake_later(&self, waker: &Waker) {
+        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        // A row waiting on several requests of this endpoint asks once.
+        if !wakers.last().is_some_and(|last| last.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+    }
+
+    fn wake_all(&self) {
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
+        for waker in wakers {
+            waker.wake();
+        }
     }
 
     /// Sends a batch whenever one is full, or once requests stopped coming.
@@ -528,7 +554,9 @@ impl Inner {
         // provider works, which may be hours.
         drop(requests);
         let status = self.poll_until_ended(&batch_id, job.job_id).await?;
-        let requests = self.store.requests_of(job.job_id)?;
+        // Their ids only: the bodies stay in the database, whence the few
+        // requests sent again are read.
+        let custom_ids = self.store.custom_ids_of(job.job_id)?;
         let (results, unreadable) = self.retry(|| self.client.results(&status)).await?;
         if unreadable > 0 {
             tracing::warn!(
@@ -536,15 +564,15 @@ impl Inner {
                 "batch {batch_id}: {unreadable} result lines could not be read; their requests go into another batch"
             );
         }
-        let results = self.complete(&requests, results, &status);
+        let results = self.complete(&custom_ids, results, &status);
+        drop(custom_ids);
         self.store.ended(job.job_id, &status.status, &results)?;
         *self
             .counts
             .last_end
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        self.hand_out(&requests, results);
-        Ok(())
+        self.hand_out(results)
     }
 
     async fn poll_until_ended(&self, batch_id: &str, job_id: i64) -> Result<Status> {
@@ -572,17 +600,17 @@ impl Inner {
     /// batch for a reason its lines do not share.
     fn complete(
         &self,
-        requests: &[Request],
+        custom_ids: &[String],
         mut results: Vec<LineResult>,
         status: &Status,
     ) -> Vec<LineResult> {
         let known: std::collections::HashSet<&str> =
-            requests.iter().map(|r| r.custom_id.as_str()).collect();
+            custom_ids.iter().map(String::as_str).collect();
         results.retain(|r| known.contains(r.custom_id.as_str()));
         let answered: std::collections::HashSet<String> =
             results.iter().map(|r| r.custom_id.clone()).collect();
-        for r in requests {
-            if answered.contains(&r.custom_id) {
+        for custom_id in custom_ids {
+            if answered.contains(custom_id) {
                 continue;
             }
             let outcome = match &status.errors {
@@ -596,7 +624,7 @@ impl Inner {
                 },
             };
             results.push(LineResult {
-                custom_id: r.custom_id.clone(),
+                custom_id: custom_id.clone(),
                 outcome,
             });
         }
@@ -605,9 +633,8 @@ impl Inner {
 
     /// Makes the results known to the rows waiting on them, and queues the
     /// requests to try again.
-    fn hand_out(&self, requests: &[Request], results: Vec<LineResult>) {
-        let by_id: HashMap<&str, &Request> =
-            requests.iter().map(|r| (r.custom_id.as_str(), r)).collect();
+    fn hand_out(&self, results: Vec<LineResult>) -> Result<()> {
+        let mut again = Vec::new();
         let mut queue = self.queue();
         for result in results {
             let entry = match result.outcome {
@@ -634,10 +661,7 @@ impl Inner {
                         Entry::Online
                     } else {
                         self.counts.resubmitted.fetch_add(1, Ordering::Relaxed);
-                        if let Some(request) = by_id.get(result.custom_id.as_str()) {
-                            queue.waiting.push((*request).clone());
-                            queue.last_added = Some(Instant::now());
-                        }
+                        again.push(result.custom_id.clone());
                         Entry::Waiting
                     }
                 }
@@ -645,7 +669,15 @@ impl Inner {
             queue.entries.insert(result.custom_id, entry);
         }
         drop(queue);
-        self.changed.send_modify(|n| *n += 1);
+        // Read outside the queue's lock, and queued before any row looks.
+        let again = self.store.requests(&again)?;
+        if !again.is_empty() {
+            let mut queue = self.queue();
+            queue.waiting.extend(again);
+            queue.last_added = Some(Instant::now());
+        }
+        self.wake_all();
+        Ok(())
     }
 
     /// Tries a provider call again while the network breaks, but not past
@@ -740,12 +772,21 @@ pub struct Parked {
 }
 
 impl Parked {
-    /// Resolves once every request is answered; Err once the run stops.
-    pub async fn wait(&self) -> Result<(), String> {
+    /// Ready once every request is answered; Err once the run stops.
+    pub fn poll_answered(&self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+        let mut pending = false;
         for (queue, id) in &self.waits {
-            queue.wait(std::slice::from_ref(id)).await?;
+            match queue.poll_answered(std::slice::from_ref(id), cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(detached)) => return Poll::Ready(Err(detached)),
+                Poll::Pending => pending = true,
+            }
         }
-        Ok(())
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(Ok(()))
+        }
     }
 }
 

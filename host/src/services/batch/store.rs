@@ -253,18 +253,39 @@ impl Store {
              FROM batch_requests WHERE run_id = ?1 AND job_id = ?2 ORDER BY custom_id",
         )?;
         let rows = query
-            .query_map(params![self.run_id, job_id], |r| {
-                Ok(Request {
-                    custom_id: r.get(0)?,
-                    row_index: r.get::<_, i64>(1)? as u64,
-                    node_id: r.get::<_, i64>(2)? as usize,
-                    request_index: r.get(3)?,
-                    request_sha256: r.get(4)?,
-                    body: r.get(5)?,
-                })
-            })?
+            .query_map(params![self.run_id, job_id], request_of_row)?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
+    }
+
+    /// The ids of a batch's requests.
+    pub fn custom_ids_of(&self, job_id: i64) -> Result<Vec<String>> {
+        let conn = self.conn();
+        let mut query =
+            conn.prepare("SELECT custom_id FROM batch_requests WHERE run_id = ?1 AND job_id = ?2")?;
+        let ids = query
+            .query_map(params![self.run_id, job_id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(ids)
+    }
+
+    /// The requests of `custom_ids`, to send them again.
+    pub fn requests(&self, custom_ids: &[String]) -> Result<Vec<Request>> {
+        let conn = self.conn();
+        let mut query = conn.prepare_cached(
+            "SELECT custom_id, row_index, node_id, request_index, request_sha256, body
+             FROM batch_requests WHERE run_id = ?1 AND custom_id = ?2",
+        )?;
+        let mut requests = Vec::with_capacity(custom_ids.len());
+        for custom_id in custom_ids {
+            if let Some(request) = query
+                .query_row(params![self.run_id, custom_id], request_of_row)
+                .optional()?
+            {
+                requests.push(request);
+            }
+        }
+        Ok(requests)
     }
 
     /// The provider ids of every batch the run recorded.
@@ -364,6 +385,18 @@ impl Store {
             .optional()?;
         Ok(answer)
     }
+}
+
+/// A request as `requests_of` and `requests` select it.
+fn request_of_row(r: &rusqlite::Row) -> rusqlite::Result<Request> {
+    Ok(Request {
+        custom_id: r.get(0)?,
+        row_index: r.get::<_, i64>(1)? as u64,
+        node_id: r.get::<_, i64>(2)? as usize,
+        request_index: r.get(3)?,
+        request_sha256: r.get(4)?,
+        body: r.get(5)?,
+    })
 }
 
 pub struct StoredAnswer {
