@@ -44,6 +44,7 @@ pub fn request_body(
             );
         }
     }
+    crate::params::merge(&mut body, &options.params);
     Value::Object(body).to_string()
 }
 

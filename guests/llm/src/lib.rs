@@ -6,17 +6,19 @@
 
 pub mod bundle;
 pub mod chat;
+pub mod endpoint;
 pub mod hashing;
 pub mod node;
 pub mod options;
+pub mod params;
 pub mod parse;
 pub mod prompt;
 
 use weir_sdk::{Host, RawTransform, RowError};
 
 impl RawTransform for node::LlmNode {
-    fn configure(options: &str, _host: &dyn Host) -> Result<Self, String> {
-        node::LlmNode::configure(options)
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, String> {
+        node::LlmNode::configure(options, &host.endpoints())
     }
 
     fn output_fields(&self) -> Vec<String> {

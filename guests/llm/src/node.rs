@@ -38,6 +38,8 @@ impl From<RowError> for Outcome {
 
 pub struct LlmNode {
     options: LlmOptions,
+    /// The granted endpoint every request goes to.
+    endpoint: String,
     queries: Vec<CompiledQuery>,
 }
 
@@ -58,8 +60,10 @@ struct Unit {
 type QueryResult = Result<Row, RowError>;
 
 impl LlmNode {
-    pub fn configure(options_json: &str) -> Result<Self, String> {
+    /// `granted`: the endpoints the node is granted, in the pipeline file's order.
+    pub fn configure(options_json: &str, granted: &[String]) -> Result<Self, String> {
         let options = LlmOptions::from_json(options_json)?;
+        let endpoint = crate::endpoint::choose(options.endpoint.as_deref(), granted)?;
         let multi = options.queries.is_some();
         let queries = options
             .queries()?
@@ -82,7 +86,11 @@ impl LlmNode {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Self { options, queries })
+        Ok(Self {
+            options,
+            endpoint,
+            queries,
+        })
     }
 
     pub fn output_fields(&self) -> Vec<String> {
@@ -248,7 +256,7 @@ impl LlmNode {
         let requests = units
             .iter()
             .map(|u| Request {
-                endpoint: self.options.endpoint.clone(),
+                endpoint: self.endpoint.clone(),
                 body: u.body.clone(),
                 row: u.rows[0],
             })
@@ -451,6 +459,10 @@ mod tests {
     use std::cell::RefCell;
     use weir_sdk::host::{CallError, Response};
 
+    fn configured(options: &str) -> Result<LlmNode, String> {
+        LlmNode::configure(options, &["llm".to_string()])
+    }
+
     /// A scripted host: answers each request with the next scripted result and
     /// records everything the node asked of it.
     #[derive(Default)]
@@ -505,7 +517,7 @@ mod tests {
     }
 
     fn node() -> LlmNode {
-        LlmNode::configure(r#"{"template": "Classify: {{ row.text }}", "model": "m"}"#).unwrap()
+        configured(r#"{"template": "Classify: {{ row.text }}", "model": "m"}"#).unwrap()
     }
 
     #[test]
@@ -552,7 +564,7 @@ mod tests {
     fn a_cut_plain_answer_is_kept_trimmed_and_marked_and_a_cut_json_one_fails() {
         let host = ScriptedHost::replying(vec![cut("  The review is positive and \n")]);
         let options = r#"{"template": "{{ row.text }}", "truncated_field": "cut"}"#;
-        let out = LlmNode::configure(options)
+        let out = configured(options)
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         let row = first_row(&out[0]);
@@ -563,14 +575,14 @@ mod tests {
 
         let host = ScriptedHost::replying(vec![cut("kept raw ")]);
         let options = r#"{"template": "{{ row.text }}", "trim": false, "on_truncated": "fail"}"#;
-        let out = LlmNode::configure(options)
+        let out = configured(options)
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
 
         let host = ScriptedHost::replying(vec![cut("{\"tone\": \"cal")]);
         let options = r#"{"template": "{{ row.text }}", "outputs": {"tone": "string"}}"#;
-        let out = LlmNode::configure(options)
+        let out = configured(options)
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
@@ -643,7 +655,7 @@ mod tests {
 
     #[test]
     fn every_query_of_every_row_goes_in_one_call_and_a_row_takes_all_or_nothing() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"queries": {
                 "tone": {"template": "tone of {{ row.text }}", "outputs": {"tone": {"enum": ["calm", "angry"]}}},
                 "score": {"template": "score {{ t }}", "inputs": {"t": "text"}, "outputs": {"score": "integer"}}
@@ -693,7 +705,7 @@ mod tests {
 
     #[test]
     fn a_bundle_is_one_request_matched_by_id_and_misses_can_be_asked_again() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 3,
                 "bundle_retry_individually": true}"#,
         )
@@ -722,7 +734,7 @@ mod tests {
 
     #[test]
     fn without_retry_a_bundle_miss_fails_only_that_row() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 4}"#,
         )
         .unwrap();
@@ -739,7 +751,7 @@ mod tests {
 
     #[test]
     fn a_batch_template_turns_the_batch_into_one_row() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"batch_template": "{% for r in rows %}{{ r.text }};{% endfor %}",
                 "outputs": {"summary": "string"}}"#,
         )
@@ -760,7 +772,7 @@ mod tests {
 
     #[test]
     fn colliding_outputs_are_refused_at_configure() {
-        let err = LlmNode::configure(
+        let err = configured(
             r#"{"queries": {"a": {"template": "x", "outputs": {"label": "string"}},
                             "b": {"template": "y", "outputs": {"label": "string"}}}}"#,
         )

@@ -53,9 +53,14 @@ pub struct LlmOptions {
     /// whose batch mode is `transform`.
     #[serde(default)]
     pub batch_template: Option<String>,
-    /// Which granted endpoint to call.
-    #[serde(default = "default_endpoint")]
-    pub endpoint: String,
+    /// Which granted endpoint to call; when absent, the only one the node
+    /// is granted (see `endpoint::choose`).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Request fields merged last, as written, into every request body
+    /// (see `params`).
+    #[serde(default)]
+    pub params: Map<String, Value>,
     /// What a plain-text answer cut at `max_tokens` becomes: kept (and
     /// marked in the audit trail), or a `response_truncated` row error. A
     /// cut JSON answer is always an error.
@@ -168,10 +173,6 @@ fn default_response_field() -> String {
     "llm_response".to_string()
 }
 
-fn default_endpoint() -> String {
-    "llm".to_string()
-}
-
 fn one() -> usize {
     1
 }
@@ -231,6 +232,14 @@ impl LlmOptions {
             );
         }
         let queries = self.queries()?;
+        let mut given = Vec::new();
+        if self.temperature.is_some() {
+            given.push("temperature");
+        }
+        if queries.iter().any(|q| q.max_tokens.is_some()) {
+            given.push("max_tokens");
+        }
+        crate::params::check(&self.params, &given)?;
         if self.bundle_size > 1 && queries.iter().any(|q| q.outputs.is_none()) {
             return Err(
                 "options.bundle_size: bundled answers must be JSON; declare `outputs`".into(),
@@ -386,7 +395,7 @@ mod tests {
     fn defaults_apply() {
         let o = LlmOptions::from_json(r#"{"template": "Hi {{ row.name }}"}"#).unwrap();
         assert_eq!(o.response_field, "llm_response");
-        assert_eq!(o.endpoint, "llm");
+        assert_eq!(o.endpoint, None);
         assert_eq!(o.model, None);
         assert_eq!(
             o.output_fields(),
