@@ -43,7 +43,16 @@ impl Endpoint {
         loop {
             let budget_end = first.map(|f| f + self.retry_budget());
             let wait_deadline = clock::earliest(row_deadline, budget_end);
-            let Some(admitted) = self.admit(body, tokens, wait_deadline, attempt > 0).await else {
+            let admitted = match self.schema.known_refusal(body) {
+                // Refused before, or while waiting: not sent again.
+                None => self.admit(body, tokens, wait_deadline, attempt > 0).await,
+                Some(_) => None,
+            };
+            let Some(admitted) = admitted else {
+                if let Some(refusal) = self.schema.known_refusal(body) {
+                    self.stats.finished(false);
+                    return Err(CallError::Status(refusal));
+                }
                 return self.not_admitted(row_deadline == wait_deadline, attempt, first);
             };
             attempt += 1;
@@ -106,11 +115,15 @@ impl Endpoint {
         let latency = started.elapsed();
         self.stats.attempt_ended(latency);
         let verdict = match &result {
-            Ok(answer) => retry::classify_status(
-                answer.status,
-                &answer.headers,
-                &answer.body,
-                retry::promises_json(self.spec.kind, &answer.headers),
+            Ok(answer) => self.schema.judge(
+                body,
+                Some((answer.status, &answer.body)),
+                retry::classify_status(
+                    answer.status,
+                    &answer.headers,
+                    &answer.body,
+                    retry::promises_json(self.spec.kind, &answer.headers),
+                ),
             ),
             Err(failure) => match failure.kind {
                 FailureKind::Timeout => Verdict::Timeout,
