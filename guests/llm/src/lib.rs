@@ -2,11 +2,17 @@
 //! through the host's executor and writes the answer onto the row.
 //!
 //! It is plain Rust that runs and is tested natively; `weir-sdk` makes it
-//! the component's `weir:transform` implementation.
+//! the component's `weir:transform` implementation. Its options are listed
+//! in the README's table of the `llm` transform; here, `options` reads them,
+//! `endpoint` picks the endpoint, `prompt` renders, `chat` builds the
+//! request (with `params` merged last and `format`'s output contract),
+//! `parse` and `bundle` read the answers, and `node` drives a batch of rows
+//! through it all.
 
 pub mod bundle;
 pub mod chat;
 pub mod endpoint;
+pub mod format;
 pub mod hashing;
 pub mod node;
 pub mod options;

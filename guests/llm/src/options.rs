@@ -35,8 +35,13 @@ pub struct LlmOptions {
     /// Parse the answer as JSON and take these fields from it.
     #[serde(default)]
     pub outputs: Option<Outputs>,
+    /// What the request asks of the answer's shape; `auto` when `outputs`
+    /// are declared, else `none` (see `format`).
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,
+    /// `json_schema` requests ask the provider to hold to the schema exactly.
+    #[serde(default = "yes")]
+    pub strict: bool,
     /// Template variables taken from row fields: `{name: field}`.
     #[serde(default)]
     pub inputs: Map<String, Value>,
@@ -70,6 +75,10 @@ pub struct LlmOptions {
     /// `max_tokens`; none when absent.
     #[serde(default)]
     pub truncated_field: Option<String>,
+    /// After an answer that is not the JSON the outputs declare, ask again
+    /// up to this many times with the answer and what is wrong with it.
+    #[serde(default)]
+    pub reask: u32,
     /// Cut the whitespace around plain-text answers.
     #[serde(default = "yes")]
     pub trim: bool,
@@ -109,9 +118,13 @@ pub type Outputs = Map<String, Value>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResponseFormat {
-    Text,
+    /// No `response_format` is sent (`text` is the same).
+    #[serde(alias = "text")]
+    None,
     JsonObject,
     JsonSchema,
+    /// `json_schema`, and `json_object` from an endpoint that refused it.
+    Auto,
 }
 
 /// The type of one output field.
@@ -125,6 +138,17 @@ pub enum FieldType {
 }
 
 impl FieldType {
+    /// How a prompt names the type: `integer`, `one of: a, b`.
+    pub fn in_a_prompt(&self) -> String {
+        match self {
+            FieldType::String => "string".into(),
+            FieldType::Integer => "integer".into(),
+            FieldType::Number => "number".into(),
+            FieldType::Boolean => "boolean".into(),
+            FieldType::Enum(values) => format!("one of: {}", values.join(", ")),
+        }
+    }
+
     fn parse(field: &str, spec: &Value) -> Result<Self, String> {
         match spec {
             Value::String(name) => match name.as_str() {
@@ -315,11 +339,14 @@ impl LlmOptions {
         has_outputs: bool,
     ) -> Result<ResponseFormat, String> {
         match format {
-            Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema) if !has_outputs => {
+            Some(
+                ResponseFormat::JsonObject | ResponseFormat::JsonSchema | ResponseFormat::Auto,
+            ) if !has_outputs => {
                 Err("options.response_format: a JSON response format needs `outputs` to map".into())
             }
             Some(f) => Ok(f),
-            None => Ok(ResponseFormat::Text),
+            None if has_outputs => Ok(ResponseFormat::Auto),
+            None => Ok(ResponseFormat::None),
         }
     }
 
