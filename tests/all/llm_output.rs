@@ -363,3 +363,84 @@ async fn without_reask_a_wrong_answer_fails_its_row_after_one_call() {
     assert!(summary.contains("response_invalid: "), "{summary}");
     assert!(!summary.contains("counted"), "{summary}");
 }
+
+const BUNDLED: &str = "    batch: {count: 4}\n";
+
+fn bundle_options() -> String {
+    format!(
+        "template: \"Review: {{{{ row.text }}}}\"\nbundle_size: 4\nbundle_retry_individually: true\n{OUTPUTS}"
+    )
+}
+
+#[tokio::test]
+async fn a_failed_bundle_call_is_retried_as_a_bundle_and_no_row_is_asked_alone() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Structured,
+        faults_first: 2,
+        // A 502: a 500 before any schema was accepted would be taken as a
+        // refusal of json_schema.
+        fault_kinds: vec![weir_test_llm_server::Fault::Status(502)],
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &reviews(4));
+    let p = ws.write(
+        "p.yaml",
+        &local_pipeline(&server.base_url(), BUNDLED, &bundle_options()),
+    );
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check_rows(&ws, 4);
+    let served = server.served();
+    let statuses: Vec<u16> = served.iter().map(|s| s.status).collect();
+    assert_eq!(
+        statuses,
+        [502, 502, 200],
+        "the bundle, retried by the executor"
+    );
+    for s in &served {
+        assert!(
+            s.user_message.contains("Answer each of the 4 items"),
+            "{}",
+            s.user_message
+        );
+    }
+}
+
+#[tokio::test]
+async fn rows_a_bundled_answer_missed_are_asked_alone_with_the_fields_named() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Structured,
+        bundle_fault_rate: 0.5,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &reviews(8));
+    let p = ws.write(
+        "p.yaml",
+        &local_pipeline(&server.base_url(), BUNDLED, &bundle_options()),
+    );
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check_rows(&ws, 8);
+    let served = server.served();
+    let singles: Vec<_> = served
+        .iter()
+        .filter(|s| !s.user_message.contains("Answer each of"))
+        .collect();
+    assert_eq!(served.len() - singles.len(), 2, "two bundles of four");
+    assert!(!singles.is_empty(), "half the entries were damaged");
+    for s in singles {
+        assert!(
+            s.user_message.starts_with("Review: ")
+                && s.user_message
+                    .contains("- label: one of: positive, negative, neutral\n- length: integer"),
+            "{}",
+            s.user_message
+        );
+    }
+}

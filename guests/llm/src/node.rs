@@ -188,6 +188,26 @@ impl LlmNode {
         self.unit_following(q, chunk, Vec::new())
     }
 
+    /// A row a bundled answer missed, asked alone. Its own template may
+    /// not name the fields (the bundle's prompt did): the prompt names them
+    /// whatever is asked.
+    fn single_from_bundle(&self, q: usize, row: u32, prompt: &Rendered) -> Unit {
+        let outputs = self.queries[q].query.outputs.as_deref().unwrap_or_default();
+        let mut prompt = prompt.clone();
+        if self.asked(q) == Asked::JsonSchema {
+            let schema = parse::object_schema(outputs, None);
+            prompt.user.push_str(&format::instruction(outputs, &schema));
+        }
+        self.unit(q, &[(row, prompt)])
+    }
+
+    fn asked(&self, q: usize) -> Asked {
+        Asked::for_format(
+            self.queries[q].query.response_format,
+            self.schema_refused.get(),
+        )
+    }
+
     fn unit_following(
         &self,
         q: usize,
@@ -195,7 +215,7 @@ impl LlmNode {
         follow_up: Vec<(&'static str, String)>,
     ) -> Unit {
         let query = &self.queries[q].query;
-        let asked = Asked::for_format(query.response_format, self.schema_refused.get());
+        let asked = self.asked(q);
         let outputs = query.outputs.as_deref().unwrap_or_default();
         let body = match chunk {
             [(_, prompt)] => {
@@ -295,7 +315,19 @@ impl LlmNode {
                     continue;
                 }
                 for (row, result) in unit.rows.iter().zip(per_row) {
-                    let bundled_miss = unit.rows.len() > 1 && result.is_err();
+                    // A failed call was retried as a bundle by the executor;
+                    // only an answer that does not fit is asked row by row.
+                    let bundled_miss = unit.rows.len() > 1
+                        && result.as_ref().is_err_and(|e| {
+                            matches!(
+                                e.code.as_str(),
+                                "bundle_answer_missing"
+                                    | "bundle_answer_ambiguous"
+                                    | "response_invalid"
+                                    | "response_unparsable"
+                                    | "response_truncated"
+                            )
+                        });
                     if bundled_miss && first_round && self.options.bundle_retry_individually {
                         retry.push((unit.query, *row));
                     } else {
@@ -328,7 +360,7 @@ impl LlmNode {
                 continue;
             };
             match self.render(q, data) {
-                Ok(prompt) => singles.push(self.unit(q, &[(row, prompt)])),
+                Ok(prompt) => singles.push(self.single_from_bundle(q, row, &prompt)),
                 Err(failure) => results[row as usize][q] = Some(Err(failure)),
             }
         }
@@ -859,6 +891,39 @@ mod tests {
             sent[0].body
         );
         assert!(sent[2].body.contains("t1") && !sent[2].body.contains("t0"));
+        assert!(
+            sent[2].body.contains("- n: integer"),
+            "the single prompt names the fields: {}",
+            sent[2].body
+        );
+    }
+
+    #[test]
+    fn a_failed_bundle_call_fails_its_rows_without_asking_them_one_by_one() {
+        let node = configured(
+            r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 2,
+                "bundle_retry_individually": true}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![Err(CallError::Status(Response {
+            status: 502,
+            body: "bad gateway".into(),
+            attempts: 4,
+            latency_ms: 1,
+        }))]);
+        let out = node.process(&rows(2), &host);
+        for outcome in &out {
+            assert!(
+                matches!(outcome, Outcome::Failed { code, message }
+                    if code == "llm_call_failed" && message.contains("after 4 attempts")),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(
+            host.sent.borrow().len(),
+            1,
+            "the executor retried the bundle"
+        );
     }
 
     #[test]

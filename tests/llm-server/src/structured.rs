@@ -23,7 +23,8 @@ pub fn derived_value(schema: &Value, input: &str) -> Value {
 /// The answer text for a request with a `json_schema` response format, or
 /// whose prompt ends with an instruction paragraph holding a
 /// `JSON Schema: {…}` line (followed as a model would: the values are
-/// derived from the message before that paragraph); a bundle's items are
+/// derived from the message before that paragraph, whichever way the
+/// schema came); a bundle's items are
 /// read from its prompt's `{"id": …, "input": …}` lines.
 pub fn answer(script: &Script, body: &Value, user_message: &str, sequence: u64) -> String {
     let (schema, input) = match &body["response_format"]["json_schema"]["schema"] {
@@ -31,7 +32,11 @@ pub fn answer(script: &Script, body: &Value, user_message: &str, sequence: u64) 
             Some(found) => found,
             None => return crate::expected_answer(crate::Reply::Structured, user_message),
         },
-        schema => (schema.clone(), user_message),
+        // A model answers the question, not the instruction after it.
+        schema => match schema_in_prompt(user_message) {
+            Some((_, question)) => (schema.clone(), question),
+            None => (schema.clone(), user_message),
+        },
     };
     let value = match schema["properties"].get("answers") {
         Some(answers) => bundle(script, &answers["items"], input, sequence),
