@@ -443,7 +443,8 @@ impl LlmNode {
     /// cut at `max_tokens` is kept and marked as such in the audit trail and
     /// in `truncated_field`.
     fn plain_row(&self, unit: &Unit, answer: Answer, host: &dyn Host) -> Row {
-        let field = &self.options.response_field;
+        let columns = self.options.plain_columns();
+        let field = &columns.answer;
         let text = match self.options.trim {
             true => answer.content.trim().to_string(),
             false => answer.content,
@@ -455,10 +456,14 @@ impl LlmNode {
         }
         let mut row = Row::new();
         row.insert(field.clone(), Value::String(text));
-        row.insert(format!("{field}_usage"), answer.usage);
-        row.insert(format!("{field}_model"), answer.model);
-        if let Some(column) = &self.options.truncated_field {
-            row.insert(column.clone(), Value::Bool(answer.truncated));
+        if let Some(column) = columns.usage {
+            row.insert(column, answer.usage);
+        }
+        if let Some(column) = columns.model {
+            row.insert(column, answer.model);
+        }
+        if let Some(column) = columns.truncated {
+            row.insert(column, Value::Bool(answer.truncated));
         }
         row
     }
@@ -700,12 +705,28 @@ mod tests {
         assert_eq!(texts[0]["llm_response"], "positive");
         assert_eq!(texts[1]["id"], "2");
         assert_eq!(texts[1]["llm_response"], "negative");
-        assert_eq!(texts[1]["llm_response_usage"]["total_tokens"], 9);
+        assert!(
+            texts[1].get("llm_response_usage").is_none(),
+            "usage is opt-in"
+        );
         let sent = host.sent.borrow();
         assert_eq!(sent.len(), 2);
         assert!(sent[1].body.contains("Classify: hate it"));
         assert_eq!(sent[1].row, 1);
         assert_eq!(sent[0].endpoint, "llm");
+    }
+
+    #[test]
+    fn usage_and_model_columns_are_written_when_asked() {
+        let node = configured(
+            r#"{"template": "{{ row.text }}", "usage_column": true, "model_column": true}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![answer("fine")]);
+        let out = node.process(&[r#"{"text":"a"}"#.to_string()], &host);
+        let row = first_row(&out[0]);
+        assert_eq!(row["llm_response_usage"]["total_tokens"], 9);
+        assert_eq!(row["llm_response_model"], "m");
     }
 
     fn cut(text: &str) -> Result<Response, CallError> {

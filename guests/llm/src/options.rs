@@ -79,6 +79,12 @@ pub struct LlmOptions {
     /// up to this many times with the answer and what is wrong with it.
     #[serde(default)]
     pub reask: u32,
+    /// A plain-text answer's token usage goes in `<response_field>_usage`.
+    #[serde(default)]
+    pub usage_column: bool,
+    /// The model the provider says answered goes in `<response_field>_model`.
+    #[serde(default)]
+    pub model_column: bool,
     /// Cut the whitespace around plain-text answers.
     #[serde(default = "yes")]
     pub trim: bool,
@@ -273,9 +279,9 @@ impl LlmOptions {
             return Err("options: `bundle_size` and `batch_template` do not go together".into());
         }
         let mut seen: Vec<(String, &str)> = Vec::new();
+        let plain = self.plain_columns();
         for query in &queries {
-            for field in query_fields(query, &self.response_field, self.truncated_field.as_deref())
-            {
+            for field in query_fields(query, &plain) {
                 if let Some((_, other)) = seen.iter().find(|(f, _)| *f == field) {
                     return Err(format!(
                         "options.queries: output field `{field}` comes from both `{other}` and `{}`",
@@ -355,25 +361,41 @@ impl LlmOptions {
         self.queries()
             .unwrap_or_default()
             .iter()
-            .flat_map(|q| query_fields(q, &self.response_field, self.truncated_field.as_deref()))
+            .flat_map(|q| query_fields(q, &self.plain_columns()))
             .collect()
+    }
+
+    /// The columns a plain-text answer fills.
+    pub fn plain_columns(&self) -> PlainColumns {
+        let field = &self.response_field;
+        PlainColumns {
+            answer: field.clone(),
+            usage: self.usage_column.then(|| format!("{field}_usage")),
+            model: self.model_column.then(|| format!("{field}_model")),
+            truncated: self.truncated_field.clone(),
+        }
     }
 }
 
-/// A plain-text query writes its answer, usage and model (and whether it
-/// was cut, when asked); a JSON one its outputs.
-pub fn query_fields(
-    query: &Query,
-    response_field: &str,
-    truncated_field: Option<&str>,
-) -> Vec<String> {
+/// Where a plain-text answer and what comes with it go; `None`: not written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlainColumns {
+    pub answer: String,
+    pub usage: Option<String>,
+    pub model: Option<String>,
+    pub truncated: Option<String>,
+}
+
+/// A plain-text query writes its answer (and its usage, its model and
+/// whether it was cut, when asked); a JSON one its outputs.
+pub fn query_fields(query: &Query, plain: &PlainColumns) -> Vec<String> {
     match &query.outputs {
         Some(outputs) => outputs.iter().map(|(f, _)| f.clone()).collect(),
         None => [
-            Some(response_field.to_string()),
-            Some(format!("{response_field}_usage")),
-            Some(format!("{response_field}_model")),
-            truncated_field.map(str::to_string),
+            Some(plain.answer.clone()),
+            plain.usage.clone(),
+            plain.model.clone(),
+            plain.truncated.clone(),
         ]
         .into_iter()
         .flatten()
@@ -424,6 +446,11 @@ mod tests {
         assert_eq!(o.response_field, "llm_response");
         assert_eq!(o.endpoint, None);
         assert_eq!(o.model, None);
+        assert_eq!(o.output_fields(), vec!["llm_response"]);
+        let o = LlmOptions::from_json(
+            r#"{"template": "x", "usage_column": true, "model_column": true}"#,
+        )
+        .unwrap();
         assert_eq!(
             o.output_fields(),
             vec!["llm_response", "llm_response_usage", "llm_response_model"]
