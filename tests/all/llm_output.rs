@@ -444,3 +444,37 @@ async fn rows_a_bundled_answer_missed_are_asked_alone_with_the_fields_named() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_anthropic_endpoint_is_told_the_schema_in_the_prompt() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Structured,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &reviews(3));
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    \
+             base_url: {}\n    api_key: {KEY}\ntransforms:\n  - name: ask\n    component: llm\n    \
+             endpoints: [claude]\n    options:\n      model: claude-haiku-4-5\n      \
+             template: \"Review: {{{{ row.text }}}}\"\n      {OUTPUTS}sinks:\n  - path: out.jsonl\n",
+            server.root_url()
+        ),
+    );
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check_rows(&ws, 3);
+    for s in server.served() {
+        assert_eq!(s.path, "/v1/messages");
+        assert_eq!(s.body.get("response_format"), None);
+        let prompt = s.body["messages"][0]["content"].as_str().unwrap();
+        assert!(
+            prompt.contains("\n\nAnswer with only a JSON object, no other text.\nJSON Schema: {"),
+            "{prompt}"
+        );
+    }
+}
