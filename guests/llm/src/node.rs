@@ -391,12 +391,20 @@ impl LlmNode {
             .collect();
         if let Some(&first) = refused.first() {
             if !self.schema_refused.replace(true) {
-                let said = match &results[first] {
-                    Err(e) => e.to_string(),
-                    Ok(_) => String::new(),
+                let (said, attempts) = match &results[first] {
+                    Err(e @ CallError::Status(r)) => (e.to_string(), r.attempts),
+                    Err(e) => (e.to_string(), 1),
+                    Ok(_) => (String::new(), 1),
+                };
+                // The host answers later requests with the refusal it keeps,
+                // unsent: only the instance whose request was refused warns.
+                let level = if attempts == 0 {
+                    Level::Debug
+                } else {
+                    Level::Warn
                 };
                 host.log(
-                    Level::Warn,
+                    level,
                     &format!(
                         "endpoint `{}` refused response_format json_schema ({said}); asking \
                          for json_object with the fields in the prompt from now on",
