@@ -99,6 +99,36 @@ async fn retry_after_is_honoured() {
 }
 
 #[tokio::test]
+async fn a_row_error_keeps_the_first_failure_beside_the_last() {
+    let server = TestLlmServer::start(Script {
+        faults_first: 3,
+        fault_kinds: vec![Fault::Status(500), Fault::Reset, Fault::Reset],
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(
+        &server,
+        1,
+        "pool_size: 1\nmax_retries: 2\nbreaker_failures: 100",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(rows.is_empty());
+    assert_eq!(server.served().len(), 3);
+    let line = summary
+        .lines()
+        .find(|l| l.contains("llm_call_failed: 1 rows"))
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        line.contains("(after 3 attempts); first: HTTP 500: `{"),
+        "{line}"
+    );
+    assert!(line.contains("Injected failure"), "{line}");
+}
+
+#[tokio::test]
 async fn transient_errors_are_retried_a_bounded_number_of_times_and_audited() {
     let server = TestLlmServer::start(Script {
         fault_rate: 1.0,

@@ -10,6 +10,8 @@ mod batch;
 mod disk_full;
 mod executor;
 mod guests;
+mod llm_output;
+mod llm_requests;
 mod money;
 mod pipeline;
 mod resume;

@@ -15,7 +15,7 @@ pub fn row_id(row: u32) -> String {
 pub fn prompt(items: &[(u32, String)], outputs: &[(String, FieldType)]) -> String {
     let fields: Vec<String> = outputs
         .iter()
-        .map(|(name, t)| format!("{name} ({})", describe(t)))
+        .map(|(name, t)| format!("{name} ({})", t.in_a_prompt()))
         .collect();
     let mut text = format!(
         "Answer each of the {} items below on its own. Reply with only a JSON object \
@@ -29,16 +29,6 @@ pub fn prompt(items: &[(u32, String)], outputs: &[(String, FieldType)]) -> Strin
         text.push('\n');
     }
     text
-}
-
-fn describe(field_type: &FieldType) -> String {
-    match field_type {
-        FieldType::String => "string".into(),
-        FieldType::Integer => "integer".into(),
-        FieldType::Number => "number".into(),
-        FieldType::Boolean => "boolean".into(),
-        FieldType::Enum(values) => format!("one of: {}", values.join(", ")),
-    }
 }
 
 /// The schema of a bundled answer, for the `json_schema` response format.

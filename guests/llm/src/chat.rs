@@ -1,24 +1,31 @@
 //! OpenAI chat-completions bodies for the `llm` node's queries; answers are
 //! read by `weir_sdk::chat::interpret`.
 
-use crate::options::{LlmOptions, Query, ResponseFormat};
+use crate::format::Asked;
+use crate::options::{LlmOptions, Query};
 use crate::prompt::Rendered;
 use serde_json::{Value, json};
 
 /// Builds the request body. Only options the user set are sent, so provider
 /// defaults apply otherwise. `schema` is the JSON Schema the answer must
-/// follow when the query asks for `json_schema`.
+/// follow when `asked` is `json_schema`; `follow_up` are (role, content)
+/// messages after the prompt's own.
 pub fn request_body(
     options: &LlmOptions,
     query: &Query,
     prompt: &Rendered,
+    asked: Asked,
     schema: impl FnOnce() -> Value,
+    follow_up: &[(&str, String)],
 ) -> String {
-    let mut messages = Vec::with_capacity(2);
+    let mut messages = Vec::with_capacity(2 + follow_up.len());
     if let Some(system) = &prompt.system {
         messages.push(json!({"role": "system", "content": system}));
     }
     messages.push(json!({"role": "user", "content": prompt.user}));
+    for (role, content) in follow_up {
+        messages.push(json!({"role": role, "content": content}));
+    }
     let mut body = serde_json::Map::new();
     if let Some(model) = &options.model {
         body.insert("model".into(), json!(model));
@@ -30,20 +37,21 @@ pub fn request_body(
     if let Some(m) = query.max_tokens {
         body.insert("max_tokens".into(), json!(m));
     }
-    match query.response_format {
-        ResponseFormat::Text => {}
-        ResponseFormat::JsonObject => {
+    match asked {
+        Asked::Nothing => {}
+        Asked::JsonObject => {
             body.insert("response_format".into(), json!({"type": "json_object"}));
         }
-        ResponseFormat::JsonSchema => {
+        Asked::JsonSchema => {
             body.insert(
                 "response_format".into(),
                 json!({"type": "json_schema",
-                       "json_schema": {"name": schema_name(&query.name), "strict": true,
+                       "json_schema": {"name": schema_name(&query.name), "strict": options.strict,
                                        "schema": schema()}}),
             );
         }
     }
+    crate::params::merge(&mut body, &options.params);
     Value::Object(body).to_string()
 }
 
@@ -75,7 +83,16 @@ mod tests {
 
     fn body_of(options: &LlmOptions, prompt: &Rendered) -> Value {
         let query = &options.queries().unwrap()[0];
-        serde_json::from_str(&request_body(options, query, prompt, || json!({}))).unwrap()
+        let asked = Asked::for_format(query.response_format, false);
+        serde_json::from_str(&request_body(
+            options,
+            query,
+            prompt,
+            asked,
+            || json!({}),
+            &[],
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -124,5 +141,14 @@ mod tests {
         assert_eq!(format["type"], "json_schema");
         assert_eq!(format["json_schema"]["name"], "my_answer");
         assert_eq!(format["json_schema"]["strict"], true);
+        let loose =
+            LlmOptions::from_json(r#"{"template":"t","outputs":{"a":"string"},"strict":false}"#)
+                .unwrap();
+        let format = &body_of(&loose, &prompt)["response_format"];
+        assert_eq!(
+            format["type"], "json_schema",
+            "auto asks for a schema first"
+        );
+        assert_eq!(format["json_schema"]["strict"], false);
     }
 }

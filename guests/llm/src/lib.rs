@@ -2,21 +2,29 @@
 //! through the host's executor and writes the answer onto the row.
 //!
 //! It is plain Rust that runs and is tested natively; `weir-sdk` makes it
-//! the component's `weir:transform` implementation.
+//! the component's `weir:transform` implementation. Its options are listed
+//! in the README's table of the `llm` transform; here, `options` reads them,
+//! `endpoint` picks the endpoint, `prompt` renders, `chat` builds the
+//! request (with `params` merged last and `format`'s output contract),
+//! `parse` and `bundle` read the answers, and `node` drives a batch of rows
+//! through it all.
 
 pub mod bundle;
 pub mod chat;
+pub mod endpoint;
+pub mod format;
 pub mod hashing;
 pub mod node;
 pub mod options;
+pub mod params;
 pub mod parse;
 pub mod prompt;
 
 use weir_sdk::{Host, RawTransform, RowError};
 
 impl RawTransform for node::LlmNode {
-    fn configure(options: &str, _host: &dyn Host) -> Result<Self, String> {
-        node::LlmNode::configure(options)
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, String> {
+        node::LlmNode::configure(options, &host.endpoints())
     }
 
     fn output_fields(&self) -> Vec<String> {

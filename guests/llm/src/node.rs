@@ -1,13 +1,15 @@
 //! A configured `llm` node: turns a batch of rows into one outcome per row.
 
 use crate::chat;
+use crate::format::{self, Asked};
 use crate::options::{LlmOptions, OnTruncated, Query};
 use crate::prompt::{Prompts, Rendered};
 use crate::{bundle, hashing, parse};
 use serde_json::{Map, Value};
+use std::cell::Cell;
 use weir_sdk::RowError;
 use weir_sdk::chat::Answer;
-use weir_sdk::host::{Host, Level, Request};
+use weir_sdk::host::{CallError, Host, Level, Request, Response};
 
 pub type Row = Map<String, Value>;
 
@@ -38,6 +40,11 @@ impl From<RowError> for Outcome {
 
 pub struct LlmNode {
     options: LlmOptions,
+    /// The granted endpoint every request goes to.
+    endpoint: String,
+    /// The endpoint refused `json_schema`: `auto` asks for `json_object`
+    /// from then on.
+    schema_refused: Cell<bool>,
     queries: Vec<CompiledQuery>,
 }
 
@@ -51,6 +58,12 @@ struct CompiledQuery {
 struct Unit {
     query: usize,
     rows: Vec<u32>,
+    /// Each row's own rendered prompt, to build the request again.
+    prompts: Vec<(u32, Rendered)>,
+    asked: Asked,
+    /// Earlier answers and what was wrong with them, as (role, content)
+    /// messages after the prompt: a re-ask's conversation.
+    follow_up: Vec<(&'static str, String)>,
     body: String,
 }
 
@@ -58,8 +71,10 @@ struct Unit {
 type QueryResult = Result<Row, RowError>;
 
 impl LlmNode {
-    pub fn configure(options_json: &str) -> Result<Self, String> {
+    /// `granted`: the endpoints the node is granted, in the pipeline file's order.
+    pub fn configure(options_json: &str, granted: &[String]) -> Result<Self, String> {
         let options = LlmOptions::from_json(options_json)?;
+        let endpoint = crate::endpoint::choose(options.endpoint.as_deref(), granted)?;
         let multi = options.queries.is_some();
         let queries = options
             .queries()?
@@ -82,7 +97,12 @@ impl LlmNode {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Self { options, queries })
+        Ok(Self {
+            options,
+            endpoint,
+            schema_refused: Cell::new(false),
+            queries,
+        })
     }
 
     pub fn output_fields(&self) -> Vec<String> {
@@ -165,28 +185,94 @@ impl LlmNode {
     }
 
     fn unit(&self, q: usize, chunk: &[(u32, Rendered)]) -> Unit {
+        self.unit_following(q, chunk, Vec::new())
+    }
+
+    /// A row a bundled answer missed, asked alone. Its own template may
+    /// not name the fields (the bundle's prompt did): the prompt names them
+    /// whatever is asked.
+    fn single_from_bundle(&self, q: usize, row: u32, prompt: &Rendered) -> Unit {
+        let outputs = self.queries[q].query.outputs.as_deref().unwrap_or_default();
+        let mut prompt = prompt.clone();
+        if self.asked(q) == Asked::JsonSchema {
+            let schema = parse::object_schema(outputs, None);
+            prompt.user.push_str(&format::instruction(outputs, &schema));
+        }
+        self.unit(q, &[(row, prompt)])
+    }
+
+    fn asked(&self, q: usize) -> Asked {
+        Asked::for_format(
+            self.queries[q].query.response_format,
+            self.schema_refused.get(),
+        )
+    }
+
+    fn unit_following(
+        &self,
+        q: usize,
+        chunk: &[(u32, Rendered)],
+        follow_up: Vec<(&'static str, String)>,
+    ) -> Unit {
         let query = &self.queries[q].query;
+        let asked = self.asked(q);
         let outputs = query.outputs.as_deref().unwrap_or_default();
         let body = match chunk {
-            [(_, prompt)] => chat::request_body(&self.options, query, prompt, || {
-                parse::object_schema(outputs, None)
-            }),
+            [(_, prompt)] => {
+                let schema = || parse::object_schema(outputs, None);
+                let mut prompt = prompt.clone();
+                if query.outputs.is_some() && asked != Asked::JsonSchema {
+                    prompt
+                        .user
+                        .push_str(&format::instruction(outputs, &schema()));
+                }
+                chat::request_body(&self.options, query, &prompt, asked, schema, &follow_up)
+            }
             several => {
                 let items: Vec<(u32, String)> =
                     several.iter().map(|(r, p)| (*r, p.user.clone())).collect();
+                // The bundle's prompt names the fields whatever is asked.
                 let prompt = Rendered {
                     // The system prompt is the bundle's: its first row's.
                     system: several[0].1.system.clone(),
                     user: bundle::prompt(&items, outputs),
                 };
-                chat::request_body(&self.options, query, &prompt, || bundle::schema(outputs))
+                let schema = || bundle::schema(outputs);
+                chat::request_body(&self.options, query, &prompt, asked, schema, &follow_up)
             }
         };
         Unit {
             query: q,
             rows: chunk.iter().map(|(r, _)| *r).collect(),
+            prompts: chunk.to_vec(),
+            asked,
+            follow_up,
             body,
         }
+    }
+
+    /// The unit asked again: its conversation, the answer it got, and what
+    /// is wrong with that answer.
+    fn reask(&self, unit: &Unit, answer: &str, problem: &RowError) -> Unit {
+        let query = &self.queries[unit.query].query;
+        let fields: Vec<String> = query
+            .outputs
+            .iter()
+            .flatten()
+            .map(|(name, t)| format!("{name} ({})", t.in_a_prompt()))
+            .collect();
+        let mut follow_up = unit.follow_up.clone();
+        follow_up.push(("assistant", answer.to_string()));
+        follow_up.push((
+            "user",
+            format!(
+                "That answer cannot be used: {}. Answer again with only the JSON object, with \
+                 the fields {}.",
+                problem.message,
+                fields.join(", ")
+            ),
+        ));
+        self.unit_following(unit.query, &unit.prompts, follow_up)
     }
 
     /// Sends every unit at once and files each answer under its rows. Rows a
@@ -204,16 +290,62 @@ impl LlmNode {
             return;
         }
         let mut retry = Vec::new();
-        for (unit, answer) in units.iter().zip(self.send(&units, host)) {
-            let per_row = self.file_answer(unit, answer, host);
-            for (row, result) in unit.rows.iter().zip(per_row) {
-                let bundled_miss = unit.rows.len() > 1 && result.is_err();
-                if bundled_miss && first_round && self.options.bundle_retry_individually {
-                    retry.push((unit.query, *row));
-                } else {
-                    results[*row as usize][unit.query] = Some(result);
+        let mut pending = units;
+        for round in 0..=self.options.reask {
+            let mut again = Vec::new();
+            let answers = self.send(&pending, host);
+            for (unit, answer) in pending.iter().zip(answers) {
+                let content = answer.as_ref().map(|a| a.content.clone()).ok();
+                let per_row = self.file_answer(unit, answer, host);
+                if round < self.options.reask
+                    && let ([row], [Err(problem)], Some(content)) =
+                        (unit.rows.as_slice(), per_row.as_slice(), &content)
+                    && matches!(
+                        problem.code.as_str(),
+                        "response_unparsable" | "response_invalid"
+                    )
+                {
+                    let compiled = &self.queries[unit.query];
+                    host.attach(
+                        *row,
+                        &self.key("count.reasks", compiled),
+                        &(round + 1).to_string(),
+                    );
+                    again.push(self.reask(unit, content, problem));
+                    continue;
+                }
+                for (row, result) in unit.rows.iter().zip(per_row) {
+                    // A failed call was retried as a bundle by the executor;
+                    // only an answer that does not fit is asked row by row.
+                    let bundled_miss = unit.rows.len() > 1
+                        && result.as_ref().is_err_and(|e| {
+                            matches!(
+                                e.code.as_str(),
+                                "bundle_answer_missing"
+                                    | "bundle_answer_ambiguous"
+                                    | "response_invalid"
+                                    | "response_unparsable"
+                                    | "response_truncated"
+                            )
+                        });
+                    if bundled_miss && first_round && self.options.bundle_retry_individually {
+                        retry.push((unit.query, *row));
+                    } else {
+                        results[*row as usize][unit.query] = Some(result);
+                    }
                 }
             }
+            if again.is_empty() {
+                break;
+            }
+            host.log(
+                Level::Debug,
+                &format!(
+                    "asking {} answers again with what was wrong with them",
+                    again.len()
+                ),
+            );
+            pending = again;
         }
         if retry.is_empty() {
             return;
@@ -228,7 +360,7 @@ impl LlmNode {
                 continue;
             };
             match self.render(q, data) {
-                Ok(prompt) => singles.push(self.unit(q, &[(row, prompt)])),
+                Ok(prompt) => singles.push(self.single_from_bundle(q, row, &prompt)),
                 Err(failure) => results[row as usize][q] = Some(Err(failure)),
             }
         }
@@ -243,38 +375,84 @@ impl LlmNode {
             .map_err(|e| RowError::new("template_rendering_failed", e))
     }
 
-    /// Sends every unit in one executor call: one answer (or failure) per unit.
+    /// Sends every unit in one executor call: one answer (or failure) per
+    /// unit. Units that asked for `json_schema` under `auto` and were
+    /// refused it are asked again for `json_object`, as is every later unit.
     fn send(&self, units: &[Unit], host: &dyn Host) -> Vec<Result<Answer, RowError>> {
+        let mut results = self.send_raw(units.iter(), host);
+        let refused: Vec<usize> = (0..units.len())
+            .filter(|&i| {
+                let unit = &units[i];
+                let format = self.queries[unit.query].query.response_format;
+                format == crate::options::ResponseFormat::Auto
+                    && unit.asked == Asked::JsonSchema
+                    && format::refuses_schema(&results[i])
+            })
+            .collect();
+        if let Some(&first) = refused.first() {
+            if !self.schema_refused.replace(true) {
+                let (said, attempts) = match &results[first] {
+                    Err(e @ CallError::Status(r)) => (e.to_string(), r.attempts),
+                    Err(e) => (e.to_string(), 1),
+                    Ok(_) => (String::new(), 1),
+                };
+                // The host answers later requests with the refusal it keeps,
+                // unsent: only the instance whose request was refused warns.
+                let level = if attempts == 0 {
+                    Level::Debug
+                } else {
+                    Level::Warn
+                };
+                host.log(
+                    level,
+                    &format!(
+                        "endpoint `{}` refused response_format json_schema ({said}); asking \
+                         for json_object with the fields in the prompt from now on",
+                        self.endpoint
+                    ),
+                );
+            }
+            let again: Vec<Unit> = refused
+                .iter()
+                .map(|&i| self.unit(units[i].query, &units[i].prompts))
+                .collect();
+            for (i, result) in refused.into_iter().zip(self.send_raw(again.iter(), host)) {
+                results[i] = result;
+            }
+        }
+        results.into_iter().map(weir_sdk::chat::interpret).collect()
+    }
+
+    fn send_raw<'a>(
+        &self,
+        units: impl ExactSizeIterator<Item = &'a Unit>,
+        host: &dyn Host,
+    ) -> Vec<Result<Response, CallError>> {
+        let count = units.len();
         let requests = units
-            .iter()
             .map(|u| Request {
-                endpoint: self.options.endpoint.clone(),
+                endpoint: self.endpoint.clone(),
                 body: u.body.clone(),
                 row: u.rows[0],
             })
             .collect();
-        let mut answers = host.send(requests).into_iter();
-        units
-            .iter()
-            .map(|_| {
-                answers.next().map_or_else(
-                    || {
-                        Err(RowError::new(
-                            "llm_call_failed",
-                            "the executor returned no result",
-                        ))
-                    },
-                    weir_sdk::chat::interpret,
-                )
-            })
-            .collect()
+        let mut results = host.send(requests);
+        // The contract promises one result per request; a short list fails
+        // the rest rather than shifting answers onto other rows.
+        results.resize_with(count, || {
+            Err(CallError::Transport(
+                "the executor returned no result".into(),
+            ))
+        });
+        results
     }
 
     /// A plain-text answer's row: trimmed unless `trim: false`; an answer
     /// cut at `max_tokens` is kept and marked as such in the audit trail and
     /// in `truncated_field`.
     fn plain_row(&self, unit: &Unit, answer: Answer, host: &dyn Host) -> Row {
-        let field = &self.options.response_field;
+        let columns = self.options.plain_columns();
+        let field = &columns.answer;
         let text = match self.options.trim {
             true => answer.content.trim().to_string(),
             false => answer.content,
@@ -286,10 +464,14 @@ impl LlmNode {
         }
         let mut row = Row::new();
         row.insert(field.clone(), Value::String(text));
-        row.insert(format!("{field}_usage"), answer.usage);
-        row.insert(format!("{field}_model"), answer.model);
-        if let Some(column) = &self.options.truncated_field {
-            row.insert(column.clone(), Value::Bool(answer.truncated));
+        if let Some(column) = columns.usage {
+            row.insert(column, answer.usage);
+        }
+        if let Some(column) = columns.model {
+            row.insert(column, answer.model);
+        }
+        if let Some(column) = columns.truncated {
+            row.insert(column, Value::Bool(answer.truncated));
         }
         row
     }
@@ -451,6 +633,10 @@ mod tests {
     use std::cell::RefCell;
     use weir_sdk::host::{CallError, Response};
 
+    fn configured(options: &str) -> Result<LlmNode, String> {
+        LlmNode::configure(options, &["llm".to_string()])
+    }
+
     /// A scripted host: answers each request with the next scripted result and
     /// records everything the node asked of it.
     #[derive(Default)]
@@ -505,7 +691,7 @@ mod tests {
     }
 
     fn node() -> LlmNode {
-        LlmNode::configure(r#"{"template": "Classify: {{ row.text }}", "model": "m"}"#).unwrap()
+        configured(r#"{"template": "Classify: {{ row.text }}", "model": "m"}"#).unwrap()
     }
 
     #[test]
@@ -527,12 +713,28 @@ mod tests {
         assert_eq!(texts[0]["llm_response"], "positive");
         assert_eq!(texts[1]["id"], "2");
         assert_eq!(texts[1]["llm_response"], "negative");
-        assert_eq!(texts[1]["llm_response_usage"]["total_tokens"], 9);
+        assert!(
+            texts[1].get("llm_response_usage").is_none(),
+            "usage is opt-in"
+        );
         let sent = host.sent.borrow();
         assert_eq!(sent.len(), 2);
         assert!(sent[1].body.contains("Classify: hate it"));
         assert_eq!(sent[1].row, 1);
         assert_eq!(sent[0].endpoint, "llm");
+    }
+
+    #[test]
+    fn usage_and_model_columns_are_written_when_asked() {
+        let node = configured(
+            r#"{"template": "{{ row.text }}", "usage_column": true, "model_column": true}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![answer("fine")]);
+        let out = node.process(&[r#"{"text":"a"}"#.to_string()], &host);
+        let row = first_row(&out[0]);
+        assert_eq!(row["llm_response_usage"]["total_tokens"], 9);
+        assert_eq!(row["llm_response_model"], "m");
     }
 
     fn cut(text: &str) -> Result<Response, CallError> {
@@ -552,7 +754,7 @@ mod tests {
     fn a_cut_plain_answer_is_kept_trimmed_and_marked_and_a_cut_json_one_fails() {
         let host = ScriptedHost::replying(vec![cut("  The review is positive and \n")]);
         let options = r#"{"template": "{{ row.text }}", "truncated_field": "cut"}"#;
-        let out = LlmNode::configure(options)
+        let out = configured(options)
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         let row = first_row(&out[0]);
@@ -563,14 +765,14 @@ mod tests {
 
         let host = ScriptedHost::replying(vec![cut("kept raw ")]);
         let options = r#"{"template": "{{ row.text }}", "trim": false, "on_truncated": "fail"}"#;
-        let out = LlmNode::configure(options)
+        let out = configured(options)
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
 
         let host = ScriptedHost::replying(vec![cut("{\"tone\": \"cal")]);
         let options = r#"{"template": "{{ row.text }}", "outputs": {"tone": "string"}}"#;
-        let out = LlmNode::configure(options)
+        let out = configured(options)
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
@@ -643,7 +845,7 @@ mod tests {
 
     #[test]
     fn every_query_of_every_row_goes_in_one_call_and_a_row_takes_all_or_nothing() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"queries": {
                 "tone": {"template": "tone of {{ row.text }}", "outputs": {"tone": {"enum": ["calm", "angry"]}}},
                 "score": {"template": "score {{ t }}", "inputs": {"t": "text"}, "outputs": {"score": "integer"}}
@@ -693,7 +895,7 @@ mod tests {
 
     #[test]
     fn a_bundle_is_one_request_matched_by_id_and_misses_can_be_asked_again() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 3,
                 "bundle_retry_individually": true}"#,
         )
@@ -718,11 +920,44 @@ mod tests {
             sent[0].body
         );
         assert!(sent[2].body.contains("t1") && !sent[2].body.contains("t0"));
+        assert!(
+            sent[2].body.contains("- n: integer"),
+            "the single prompt names the fields: {}",
+            sent[2].body
+        );
+    }
+
+    #[test]
+    fn a_failed_bundle_call_fails_its_rows_without_asking_them_one_by_one() {
+        let node = configured(
+            r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 2,
+                "bundle_retry_individually": true}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![Err(CallError::Status(Response {
+            status: 502,
+            body: "bad gateway".into(),
+            attempts: 4,
+            latency_ms: 1,
+        }))]);
+        let out = node.process(&rows(2), &host);
+        for outcome in &out {
+            assert!(
+                matches!(outcome, Outcome::Failed { code, message }
+                    if code == "llm_call_failed" && message.contains("after 4 attempts")),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(
+            host.sent.borrow().len(),
+            1,
+            "the executor retried the bundle"
+        );
     }
 
     #[test]
     fn without_retry_a_bundle_miss_fails_only_that_row() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "bundle_size": 4}"#,
         )
         .unwrap();
@@ -739,7 +974,7 @@ mod tests {
 
     #[test]
     fn a_batch_template_turns_the_batch_into_one_row() {
-        let node = LlmNode::configure(
+        let node = configured(
             r#"{"batch_template": "{% for r in rows %}{{ r.text }};{% endfor %}",
                 "outputs": {"summary": "string"}}"#,
         )
@@ -759,8 +994,90 @@ mod tests {
     }
 
     #[test]
+    fn auto_falls_back_to_json_object_once_the_schema_is_refused_and_stays_there() {
+        let node =
+            configured(r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}}"#).unwrap();
+        let refused = Err(CallError::Status(Response {
+            status: 500,
+            body: r#"{"error":{"message":"cannot convert the schema"}}"#.into(),
+            attempts: 1,
+            latency_ms: 1,
+        }));
+        let host =
+            ScriptedHost::replying(vec![refused, answer(r#"{"n": 1}"#), answer(r#"{"n": 2}"#)]);
+        let first = node.process(&rows(1), &host);
+        let second = node.process(&rows(1), &host);
+        assert_eq!(out_row(&first[0])["n"], 1);
+        assert_eq!(out_row(&second[0])["n"], 2);
+        let sent: Vec<Value> = host
+            .sent
+            .borrow()
+            .iter()
+            .map(|r| serde_json::from_str(&r.body).unwrap())
+            .collect();
+        assert_eq!(
+            sent.len(),
+            3,
+            "one refusal, then json_object for every request"
+        );
+        assert_eq!(sent[0]["response_format"]["type"], "json_schema");
+        let prompt = sent[0]["messages"][0]["content"].as_str().unwrap();
+        assert!(!prompt.contains("JSON Schema"), "{prompt}");
+        for body in &sent[1..] {
+            assert_eq!(body["response_format"]["type"], "json_object");
+            let prompt = body["messages"][0]["content"].as_str().unwrap();
+            assert!(prompt.contains("- n: integer"), "{prompt}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_answer_is_asked_again_with_what_was_wrong_up_to_reask_times() {
+        let node = configured(
+            r#"{"template": "{{ row.text }}", "outputs": {"n": "integer"}, "reask": 2}"#,
+        )
+        .unwrap();
+        let host = ScriptedHost::replying(vec![
+            answer("no idea"),
+            answer(r#"{"n": "three"}"#),
+            answer(r#"{"n": 3}"#),
+        ]);
+        let out = node.process(&rows(1), &host);
+        assert_eq!(out_row(&out[0])["n"], 3);
+        let sent: Vec<Value> = host
+            .sent
+            .borrow()
+            .iter()
+            .map(|r| serde_json::from_str(&r.body).unwrap())
+            .collect();
+        assert_eq!(sent.len(), 3);
+        let roles = |body: &Value| -> Vec<String> {
+            body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            roles(&sent[2]),
+            ["user", "assistant", "user", "assistant", "user"]
+        );
+        assert_eq!(sent[2]["messages"][3]["content"], r#"{"n": "three"}"#);
+        let told = sent[2]["messages"][4]["content"].as_str().unwrap();
+        assert!(told.contains("`n` should be an integer"), "{told}");
+        assert!(told.contains("n (integer)"), "{told}");
+        let counted = (0, "count.reasks".to_string(), "2".to_string());
+        assert!(host.attached.borrow().contains(&counted));
+
+        let host = ScriptedHost::replying(vec![answer("no"), answer("still no"), answer("nope")]);
+        let out = node.process(&rows(1), &host);
+        assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_unparsable"));
+        assert_eq!(host.sent.borrow().len(), 3, "asked once and re-asked twice");
+    }
+
+    #[test]
     fn colliding_outputs_are_refused_at_configure() {
-        let err = LlmNode::configure(
+        let err = configured(
             r#"{"queries": {"a": {"template": "x", "outputs": {"label": "string"}},
                             "b": {"template": "y", "outputs": {"label": "string"}}}}"#,
         )

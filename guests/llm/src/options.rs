@@ -35,8 +35,13 @@ pub struct LlmOptions {
     /// Parse the answer as JSON and take these fields from it.
     #[serde(default)]
     pub outputs: Option<Outputs>,
+    /// What the request asks of the answer's shape; `auto` when `outputs`
+    /// are declared, else `none` (see `format`).
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,
+    /// `json_schema` requests ask the provider to hold to the schema exactly.
+    #[serde(default = "yes")]
+    pub strict: bool,
     /// Template variables taken from row fields: `{name: field}`.
     #[serde(default)]
     pub inputs: Map<String, Value>,
@@ -53,9 +58,14 @@ pub struct LlmOptions {
     /// whose batch mode is `transform`.
     #[serde(default)]
     pub batch_template: Option<String>,
-    /// Which granted endpoint to call.
-    #[serde(default = "default_endpoint")]
-    pub endpoint: String,
+    /// Which granted endpoint to call; when absent, the only one the node
+    /// is granted (see `endpoint::choose`).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Request fields merged last, as written, into every request body
+    /// (see `params`).
+    #[serde(default)]
+    pub params: Map<String, Value>,
     /// What a plain-text answer cut at `max_tokens` becomes: kept (and
     /// marked in the audit trail), or a `response_truncated` row error. A
     /// cut JSON answer is always an error.
@@ -65,6 +75,16 @@ pub struct LlmOptions {
     /// `max_tokens`; none when absent.
     #[serde(default)]
     pub truncated_field: Option<String>,
+    /// After an answer that is not the JSON the outputs declare, ask again
+    /// up to this many times with the answer and what is wrong with it.
+    #[serde(default)]
+    pub reask: u32,
+    /// A plain-text answer's token usage goes in `<response_field>_usage`.
+    #[serde(default)]
+    pub usage_column: bool,
+    /// The model the provider says answered goes in `<response_field>_model`.
+    #[serde(default)]
+    pub model_column: bool,
     /// Cut the whitespace around plain-text answers.
     #[serde(default = "yes")]
     pub trim: bool,
@@ -104,9 +124,13 @@ pub type Outputs = Map<String, Value>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResponseFormat {
-    Text,
+    /// No `response_format` is sent (`text` is the same).
+    #[serde(alias = "text")]
+    None,
     JsonObject,
     JsonSchema,
+    /// `json_schema`, and `json_object` from an endpoint that refused it.
+    Auto,
 }
 
 /// The type of one output field.
@@ -120,6 +144,17 @@ pub enum FieldType {
 }
 
 impl FieldType {
+    /// How a prompt names the type: `integer`, `one of: a, b`.
+    pub fn in_a_prompt(&self) -> String {
+        match self {
+            FieldType::String => "string".into(),
+            FieldType::Integer => "integer".into(),
+            FieldType::Number => "number".into(),
+            FieldType::Boolean => "boolean".into(),
+            FieldType::Enum(values) => format!("one of: {}", values.join(", ")),
+        }
+    }
+
     fn parse(field: &str, spec: &Value) -> Result<Self, String> {
         match spec {
             Value::String(name) => match name.as_str() {
@@ -166,10 +201,6 @@ pub struct Query {
 
 fn default_response_field() -> String {
     "llm_response".to_string()
-}
-
-fn default_endpoint() -> String {
-    "llm".to_string()
 }
 
 fn one() -> usize {
@@ -231,6 +262,14 @@ impl LlmOptions {
             );
         }
         let queries = self.queries()?;
+        let mut given = Vec::new();
+        if self.temperature.is_some() {
+            given.push("temperature");
+        }
+        if queries.iter().any(|q| q.max_tokens.is_some()) {
+            given.push("max_tokens");
+        }
+        crate::params::check(&self.params, &given)?;
         if self.bundle_size > 1 && queries.iter().any(|q| q.outputs.is_none()) {
             return Err(
                 "options.bundle_size: bundled answers must be JSON; declare `outputs`".into(),
@@ -240,9 +279,9 @@ impl LlmOptions {
             return Err("options: `bundle_size` and `batch_template` do not go together".into());
         }
         let mut seen: Vec<(String, &str)> = Vec::new();
+        let plain = self.plain_columns();
         for query in &queries {
-            for field in query_fields(query, &self.response_field, self.truncated_field.as_deref())
-            {
+            for field in query_fields(query, &plain) {
                 if let Some((_, other)) = seen.iter().find(|(f, _)| *f == field) {
                     return Err(format!(
                         "options.queries: output field `{field}` comes from both `{other}` and `{}`",
@@ -306,11 +345,14 @@ impl LlmOptions {
         has_outputs: bool,
     ) -> Result<ResponseFormat, String> {
         match format {
-            Some(ResponseFormat::JsonObject | ResponseFormat::JsonSchema) if !has_outputs => {
+            Some(
+                ResponseFormat::JsonObject | ResponseFormat::JsonSchema | ResponseFormat::Auto,
+            ) if !has_outputs => {
                 Err("options.response_format: a JSON response format needs `outputs` to map".into())
             }
             Some(f) => Ok(f),
-            None => Ok(ResponseFormat::Text),
+            None if has_outputs => Ok(ResponseFormat::Auto),
+            None => Ok(ResponseFormat::None),
         }
     }
 
@@ -319,25 +361,41 @@ impl LlmOptions {
         self.queries()
             .unwrap_or_default()
             .iter()
-            .flat_map(|q| query_fields(q, &self.response_field, self.truncated_field.as_deref()))
+            .flat_map(|q| query_fields(q, &self.plain_columns()))
             .collect()
+    }
+
+    /// The columns a plain-text answer fills.
+    pub fn plain_columns(&self) -> PlainColumns {
+        let field = &self.response_field;
+        PlainColumns {
+            answer: field.clone(),
+            usage: self.usage_column.then(|| format!("{field}_usage")),
+            model: self.model_column.then(|| format!("{field}_model")),
+            truncated: self.truncated_field.clone(),
+        }
     }
 }
 
-/// A plain-text query writes its answer, usage and model (and whether it
-/// was cut, when asked); a JSON one its outputs.
-pub fn query_fields(
-    query: &Query,
-    response_field: &str,
-    truncated_field: Option<&str>,
-) -> Vec<String> {
+/// Where a plain-text answer and what comes with it go; `None`: not written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlainColumns {
+    pub answer: String,
+    pub usage: Option<String>,
+    pub model: Option<String>,
+    pub truncated: Option<String>,
+}
+
+/// A plain-text query writes its answer (and its usage, its model and
+/// whether it was cut, when asked); a JSON one its outputs.
+pub fn query_fields(query: &Query, plain: &PlainColumns) -> Vec<String> {
     match &query.outputs {
         Some(outputs) => outputs.iter().map(|(f, _)| f.clone()).collect(),
         None => [
-            Some(response_field.to_string()),
-            Some(format!("{response_field}_usage")),
-            Some(format!("{response_field}_model")),
-            truncated_field.map(str::to_string),
+            Some(plain.answer.clone()),
+            plain.usage.clone(),
+            plain.model.clone(),
+            plain.truncated.clone(),
         ]
         .into_iter()
         .flatten()
@@ -386,8 +444,13 @@ mod tests {
     fn defaults_apply() {
         let o = LlmOptions::from_json(r#"{"template": "Hi {{ row.name }}"}"#).unwrap();
         assert_eq!(o.response_field, "llm_response");
-        assert_eq!(o.endpoint, "llm");
+        assert_eq!(o.endpoint, None);
         assert_eq!(o.model, None);
+        assert_eq!(o.output_fields(), vec!["llm_response"]);
+        let o = LlmOptions::from_json(
+            r#"{"template": "x", "usage_column": true, "model_column": true}"#,
+        )
+        .unwrap();
         assert_eq!(
             o.output_fields(),
             vec!["llm_response", "llm_response_usage", "llm_response_model"]

@@ -152,6 +152,22 @@ impl RunReport {
         })
     }
 
+    /// What the components counted, by node (`llm`'s re-asks, say).
+    fn write_counted(&self, s: &mut String) {
+        let Some(totals) = &self.totals else { return };
+        let mut by_node: Vec<(&str, Vec<String>)> = Vec::new();
+        for (node, name, total) in &totals.counted {
+            let entry = format!("{} {total}", escape(name));
+            match by_node.last_mut() {
+                Some((last, entries)) if last == node => entries.push(entry),
+                _ => by_node.push((node.as_str(), vec![entry])),
+            }
+        }
+        for (node, entries) in by_node {
+            let _ = writeln!(s, "  counted  node {node}: {}", entries.join(", "));
+        }
+    }
+
     pub fn calls(&self) -> u64 {
         self.endpoints.iter().map(|e| e.stats.attempts).sum()
     }
@@ -230,6 +246,7 @@ impl RunReport {
             prompt,
             completion
         );
+        self.write_counted(&mut s);
         for e in &self.endpoints {
             if let Some(b) = &e.batches {
                 let _ = write!(

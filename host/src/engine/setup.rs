@@ -193,7 +193,15 @@ async fn prepare_node(
     // What the component says (its options error, its stderr) is its own
     // text: escaped, so it prints as what it is.
     .map_err(|e| match e {
-        crate::runtime::NodeSetupError::Options(m) => match named_option(&m) {
+        crate::runtime::NodeSetupError::Options(m) => match named_option(&m).filter(|option| {
+            // An option the file leaves out (one the component requires)
+            // has no line of its own: point at `options` instead.
+            crate::config::locate::line_of(
+                &pipeline.file.text,
+                &["transforms", &key, "options", option],
+            )
+            .is_some()
+        }) {
             Some(option) => pipeline.file.error_at(
                 &["transforms", &key, "options", &option],
                 format!("transform `{}`: {}", config.name, escape(&m)),

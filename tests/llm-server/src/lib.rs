@@ -32,7 +32,9 @@ pub enum Reply {
     /// positive / negative / neutral by keywords: a stand-in for demos.
     Sentiment,
     /// JSON following the request's `json_schema`, each value derived from
-    /// the prompt (see `structured`), bundles answered entry by entry.
+    /// the prompt (see `structured`), bundles answered entry by entry. In a
+    /// conversation that goes on after an answer, the first user message is
+    /// the one answered.
     Structured,
     /// One of the labels the system prompt lists after `labels:`: one the
     /// message names, else one picked by a hash of the message.
@@ -108,6 +110,10 @@ pub struct Script {
     pub decorate: bool,
     /// Requests whose prompt contains this text get 400 `invalid_request`.
     pub reject_marker: Option<String>,
+    /// Requests asking for `response_format: json_schema` get 500, as
+    /// llama.cpp's server (llama-cpp-python) answers them; `json_object` is
+    /// honoured.
+    pub refuse_json_schema: bool,
     /// Requests whose prompt contains this text are answered after this long
     /// instead of `latency`.
     pub slow_marker: Option<(String, Duration)>,
@@ -144,6 +150,7 @@ impl Default for Script {
             invalid_rate: 0.0,
             decorate: false,
             reject_marker: None,
+            refuse_json_schema: false,
             slow_marker: None,
             batch_seconds: Duration::ZERO,
             batch_expire_marker: None,
@@ -583,6 +590,12 @@ async fn answer(
             None,
         );
     }
+    if script.refuse_json_schema && parsed["response_format"]["type"] == "json_schema" {
+        log(500, None);
+        return server_error(
+            "Unsupported response_format type 'json_schema': use 'json_object' with a 'schema'",
+        );
+    }
     // Batch lines neither start nor meet an outage.
     let after_outage = arrival == Online
         && script.outage_after.is_some_and(|(n, length)| {
@@ -676,8 +689,15 @@ async fn answer(
         tokio::time::sleep(latency).await;
     }
     log(200, None);
+    // In a conversation that goes on after an answer (an answer asked
+    // again), the question is still the first user message.
+    let question = parsed["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
     let content = match script.reply {
-        Reply::Structured => structured::answer(script, &parsed, &user_message, sequence),
+        Reply::Structured => structured::answer(script, &parsed, question, sequence),
         Reply::Label => label_answer(&parsed, &user_message),
         reply => expected_answer(reply, &user_message),
     } + &reflected;
@@ -785,6 +805,18 @@ async fn faulty(shared: &Shared, fault: Fault, log: &impl Fn(u16)) -> Response {
                 .into_response()
         }
     }
+}
+
+/// A 500 worded as llama-cpp-python's server words its errors.
+fn server_error(message: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": "internal_server_error",
+                                "param": null, "code": null}});
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 fn add_headers(response: &mut Response, headers: &[(&'static str, String)]) {

@@ -20,16 +20,27 @@ pub fn derived_value(schema: &Value, input: &str) -> Value {
     }
 }
 
-/// The answer text for a request with a `json_schema` response format; a
-/// bundle's items are read from its prompt's `{"id": …, "input": …}` lines.
+/// The answer text for a request with a `json_schema` response format, or
+/// whose prompt ends with an instruction paragraph holding a
+/// `JSON Schema: {…}` line (followed as a model would: the values are
+/// derived from the message before that paragraph, whichever way the
+/// schema came); a bundle's items are
+/// read from its prompt's `{"id": …, "input": …}` lines.
 pub fn answer(script: &Script, body: &Value, user_message: &str, sequence: u64) -> String {
-    let schema = &body["response_format"]["json_schema"]["schema"];
-    if schema.is_null() {
-        return crate::expected_answer(crate::Reply::Structured, user_message);
-    }
+    let (schema, input) = match &body["response_format"]["json_schema"]["schema"] {
+        Value::Null => match schema_in_prompt(user_message) {
+            Some(found) => found,
+            None => return crate::expected_answer(crate::Reply::Structured, user_message),
+        },
+        // A model answers the question, not the instruction after it.
+        schema => match schema_in_prompt(user_message) {
+            Some((_, question)) => (schema.clone(), question),
+            None => (schema.clone(), user_message),
+        },
+    };
     let value = match schema["properties"].get("answers") {
-        Some(answers) => bundle(script, &answers["items"], user_message, sequence),
-        None => Value::Object(object(script, schema, user_message, sequence)),
+        Some(answers) => bundle(script, &answers["items"], input, sequence),
+        None => Value::Object(object(script, &schema, input, sequence)),
     };
     let text = value.to_string();
     if script.decorate {
@@ -37,6 +48,17 @@ pub fn answer(script: &Script, body: &Value, user_message: &str, sequence: u64) 
     } else {
         text
     }
+}
+
+/// The schema a prompt's last paragraph states on a `JSON Schema: ` line,
+/// and the message before that paragraph.
+pub fn schema_in_prompt(message: &str) -> Option<(Value, &str)> {
+    const LABEL: &str = "JSON Schema: ";
+    let at = message.rfind(LABEL)?;
+    let line = message[at + LABEL.len()..].lines().next()?;
+    let schema: Value = serde_json::from_str(line).ok()?;
+    let paragraph = message[..at].rfind("\n\n").unwrap_or(0);
+    Some((schema, &message[..paragraph]))
 }
 
 fn object(script: &Script, schema: &Value, input: &str, salt: u64) -> Map<String, Value> {

@@ -454,6 +454,10 @@ pub struct Totals {
     pub cost_usd: f64,
     /// The same by node name, in pipeline order.
     pub cost_by_node: Vec<(String, f64)>,
+    /// What components counted (attachments named `count.NAME` holding a
+    /// whole number, the last per row and name), summed: (node, NAME,
+    /// total), in pipeline order.
+    pub counted: Vec<(String, String, u64)>,
 }
 
 /// A run whose set-up failed (a component that does not load, a pipeline
@@ -517,6 +521,17 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
         .query_map([run], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<Vec<(String, f64)>>>()?;
     let cost_usd: f64 = cost_by_node.iter().map(|(_, usd)| usd).sum();
+    let counted = conn
+        .prepare(
+            "SELECT n.name, substr(a.key, 7), sum(CAST(a.value AS INTEGER))
+             FROM node_state_attributes a
+             JOIN node_states s ON s.run_id = a.run_id AND s.state_id = a.state_id
+             JOIN nodes n ON n.run_id = s.run_id AND n.node_id = s.node_id
+             WHERE a.run_id = ?1 AND a.key LIKE 'count.%' AND typeof(a.value) = 'text'
+             GROUP BY n.node_id, a.key ORDER BY n.node_id, a.key",
+        )?
+        .query_map([run], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<(String, String, u64)>>>()?;
     let now = super::now_ms();
     conn.execute(
         "UPDATE segments SET finished_at_ms = ?3, status = 'finished', calls_replayed = ?4
@@ -545,6 +560,7 @@ pub fn finish(conn: &Connection, scope: Scope, end: &RunEnd) -> Result<Totals> {
         without_outcome_count,
         cost_usd,
         cost_by_node,
+        counted,
         status,
     })
 }

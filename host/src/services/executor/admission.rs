@@ -18,8 +18,8 @@ pub struct Admitted<'a> {
 impl Endpoint {
     /// Waits for the rate limits, a slot in the pool and the breaker; also
     /// holds the request's expected cost against the run's budget. `None`
-    /// when `deadline` passes first, the run is stopping or the budget is
-    /// spent.
+    /// when `deadline` passes first, the run is stopping, the budget is
+    /// spent or the endpoint has refused what the request asks for.
     pub(super) async fn admit(
         &self,
         body: &str,
@@ -35,6 +35,11 @@ impl Endpoint {
         // A run that is stopping lets the calls on the wire finish but sends
         // no new one.
         if self.health.stop().is_draining() {
+            return None;
+        }
+        // The endpoint refused a schema while this request waited for its
+        // slot: it would be refused too.
+        if self.schema.known_refusal(body).is_some() {
             return None;
         }
         let expected = self

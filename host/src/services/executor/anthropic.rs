@@ -4,7 +4,9 @@
 //! hands back Anthropic's answer with the chat fields added beside its own
 //! (`choices`, `usage.prompt_tokens`), so components written for one shape
 //! read either provider, and nothing the provider said is dropped. A body
-//! that is already in Anthropic's shape passes through.
+//! that is already in Anthropic's shape passes through. The Messages API has
+//! no `response_format`: a `json_schema` one becomes an instruction at the
+//! end of the last user message, stating the schema.
 
 use serde_json::{Map, Value, json};
 
@@ -66,10 +68,43 @@ pub fn request(body: &str) -> String {
             metadata.entry("user_id").or_insert(Value::String(user));
         }
     }
+    if let Some(schema) = chat
+        .get("response_format")
+        .filter(|f| f.get("type").and_then(Value::as_str) == Some("json_schema"))
+        .and_then(|f| f.pointer("/json_schema/schema"))
+        .cloned()
+    {
+        ask_for_schema(&mut chat, &schema);
+    }
     for field in DROPPED {
         chat.remove(*field);
     }
     Value::Object(chat).to_string()
+}
+
+/// Appends the schema the request asked the answer to follow to its last
+/// user message: what `response_format` says, in the only place the
+/// Messages API has for it.
+fn ask_for_schema(chat: &mut Map<String, Value>, schema: &Value) {
+    let instruction =
+        format!("\n\nAnswer with only a JSON object, no other text.\nJSON Schema: {schema}");
+    let Some(Value::Array(messages)) = chat.get_mut("messages") else {
+        return;
+    };
+    let Some(last) = messages
+        .iter_mut()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+    else {
+        return;
+    };
+    match last.get_mut("content") {
+        Some(Value::String(text)) => text.push_str(&instruction),
+        Some(Value::Array(blocks)) => {
+            blocks.push(json!({"type": "text", "text": instruction.trim_start()}));
+        }
+        _ => {}
+    }
 }
 
 /// A successful Messages answer with the chat fields added: `choices` with
@@ -160,6 +195,29 @@ mod tests {
                 "metadata": {"user_id": "u1"}
             })
         );
+    }
+
+    #[test]
+    fn a_json_schema_becomes_an_instruction_in_the_last_user_message() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let chat = json!({
+            "messages": [{"role": "user", "content": "Count: abc"}],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "a", "strict": true, "schema": schema}}
+        });
+        let sent: Value = serde_json::from_str(&request(&chat.to_string())).unwrap();
+        assert_eq!(sent.get("response_format"), None);
+        let text = sent["messages"][0]["content"].as_str().unwrap();
+        assert_eq!(
+            text,
+            format!(
+                "Count: abc\n\nAnswer with only a JSON object, no other text.\nJSON Schema: {schema}"
+            )
+        );
+        let object = json!({"messages": [{"role": "user", "content": "x"}],
+                            "response_format": {"type": "json_object"}});
+        let sent: Value = serde_json::from_str(&request(&object.to_string())).unwrap();
+        assert_eq!(sent["messages"][0]["content"], "x");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! Each layer has one job: `admission` (what a request waits for),
 //! `limiter` (the slots and their lines), `controller` (the adaptive limit),
 //! `pacing` (spacing dispatches), `dispatch` (one attempt over HTTP), `retry`
-//! (classifying an attempt and when to try again), `breaker`, `health`,
+//! (classifying an attempt and when to try again), `schema` (servers that
+//! refuse structured output), `breaker`, `health`,
 //! `stats` and `throttle` (the figures), and `send`, which takes a request
 //! through them. Time is tokio's (`clock`), so tests run on a paused clock.
 
@@ -22,6 +23,7 @@ mod limiter;
 mod pacing;
 mod rate;
 mod retry;
+mod schema;
 mod secrets;
 mod send;
 #[cfg(test)]
@@ -179,6 +181,8 @@ pub struct Endpoint {
     secrets: Secrets,
     /// `mode: batch`: where requests wait for the provider's batches.
     batch: Option<Arc<BatchQueue>>,
+    /// Whether the endpoint has accepted a `json_schema` request yet.
+    schema: schema::SchemaSupport,
 }
 
 impl Endpoint {
@@ -237,6 +241,7 @@ impl Endpoint {
             audit,
             secrets: Secrets::of(spec),
             batch,
+            schema: schema::SchemaSupport::new(spec.kind),
         })
     }
 

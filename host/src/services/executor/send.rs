@@ -39,12 +39,25 @@ impl Endpoint {
         };
         let mut policy = RetryPolicy::new(self.retry_budget(), self.spec.max_retries);
         let mut first: Option<Instant> = None;
+        // What went wrong first: the root cause a later failure may hide.
+        let mut first_failure: Option<String> = None;
         let mut attempt = 0u32;
         loop {
             let budget_end = first.map(|f| f + self.retry_budget());
             let wait_deadline = clock::earliest(row_deadline, budget_end);
-            let Some(admitted) = self.admit(body, tokens, wait_deadline, attempt > 0).await else {
-                return self.not_admitted(row_deadline == wait_deadline, attempt, first);
+            let admitted = match self.schema.known_refusal(body) {
+                // Refused before, or while waiting: not sent again.
+                None => self.admit(body, tokens, wait_deadline, attempt > 0).await,
+                Some(_) => None,
+            };
+            let Some(admitted) = admitted else {
+                if let Some(refusal) = self.schema.known_refusal(body) {
+                    self.stats.finished(false);
+                    return Err(CallError::Status(refusal));
+                }
+                return self
+                    .not_admitted(row_deadline == wait_deadline, attempt, first)
+                    .map_err(|e| with_first(e, first_failure.as_deref()));
             };
             attempt += 1;
             let Admitted {
@@ -55,6 +68,9 @@ impl Endpoint {
             let tried = self.try_once(body, row_deadline).await;
             permit.release(self.signal(tried.verdict));
             let first_attempt = *first.get_or_insert(tried.started);
+            if tried.verdict != Verdict::Success && first_failure.is_none() {
+                first_failure = Some(describe(&tried));
+            }
             self.observe(&tried, ticket);
             let elapsed = first_attempt.elapsed();
             let wait = policy.wait(tried.verdict, elapsed, row_deadline);
@@ -79,7 +95,13 @@ impl Endpoint {
             }
             let elapsed = first_attempt.elapsed();
             let ok = tried.verdict == Verdict::Success;
-            let outcome = self.conclude(tried, attempt, elapsed, row_deadline);
+            let last = describe(&tried);
+            let root = first_failure
+                .as_deref()
+                .filter(|f| attempt > 1 && *f != last);
+            let outcome = self
+                .conclude(tried, attempt, elapsed, row_deadline)
+                .map_err(|e| with_first(e, root));
             self.stats.finished(outcome.is_ok() && ok);
             return outcome;
         }
@@ -106,11 +128,15 @@ impl Endpoint {
         let latency = started.elapsed();
         self.stats.attempt_ended(latency);
         let verdict = match &result {
-            Ok(answer) => retry::classify_status(
-                answer.status,
-                &answer.headers,
-                &answer.body,
-                retry::promises_json(self.spec.kind, &answer.headers),
+            Ok(answer) => self.schema.judge(
+                body,
+                Some((answer.status, &answer.body)),
+                retry::classify_status(
+                    answer.status,
+                    &answer.headers,
+                    &answer.body,
+                    retry::promises_json(self.spec.kind, &answer.headers),
+                ),
             ),
             Err(failure) => match failure.kind {
                 FailureKind::Timeout => Verdict::Timeout,
@@ -276,6 +302,32 @@ impl Endpoint {
             ))),
             _ => Err(CallError::Status(response)),
         }
+    }
+}
+
+/// An attempt's failure, as a row error would name it.
+fn describe(tried: &Tried) -> String {
+    match &tried.result {
+        Err(failure) => failure.message.clone(),
+        Ok(answer) => format!(
+            "HTTP {}: {}",
+            answer.status,
+            retry::body_start(&answer.body)
+        ),
+    }
+}
+
+/// A failure that ends a request, with its first attempt's when that was
+/// another (a timeout, then 500s). A status answer is handed on as the
+/// endpoint gave it.
+fn with_first(error: CallError, first: Option<&str>) -> CallError {
+    let Some(first) = first else { return error };
+    match error {
+        CallError::Transport(m) => CallError::Transport(format!("{m}; first: {first}")),
+        CallError::DeadlineExceeded(m) => {
+            CallError::DeadlineExceeded(format!("{m}; first: {first}"))
+        }
+        other => other,
     }
 }
 

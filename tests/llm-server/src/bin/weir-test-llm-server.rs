@@ -31,6 +31,10 @@ struct Args {
     /// and end expired.
     #[arg(long)]
     batch_expire_marker: Option<String>,
+    /// Answer 500 to `response_format: json_schema`, as llama.cpp's server
+    /// does (`json_object` is honoured).
+    #[arg(long)]
+    refuse_json_schema: bool,
 }
 
 #[tokio::main]
@@ -53,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
         })?,
         batch_expire_marker: args.batch_expire_marker,
+        refuse_json_schema: args.refuse_json_schema,
         ..Script::default()
     };
     let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
