@@ -81,6 +81,40 @@ impl Lcg {
     }
 }
 
+/// Answers the audit database holds so far (0 before it exists).
+fn answered_calls(db: &std::path::Path) -> u64 {
+    let Ok(conn) = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return 0;
+    };
+    conn.query_row(
+        "SELECT count(*) FROM calls WHERE status BETWEEN 200 AND 299",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap_or(0)
+}
+
+/// Waits for `child` to exit (its status), or, with `kill_at`, until the
+/// audit database holds that many answers (None: time to kill it). Gives up
+/// waiting after 120 s.
+async fn run_until(
+    child: &mut tokio::process::Child,
+    db: &std::path::Path,
+    kill_at: Option<u64>,
+) -> Option<std::process::ExitStatus> {
+    let give_up = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        let reached = kill_at.is_some_and(|n| answered_calls(db) >= n);
+        if reached || std::time::Instant::now() > give_up {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Requests (by canonical hash) whose successful answer the audit database
 /// holds: a resumed segment must never send them again.
 fn recorded_answers(db: &std::path::Path) -> HashSet<String> {
@@ -149,16 +183,17 @@ async fn a_run_killed_at_random_moments_resumes_to_every_row_exactly_once() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Kills land at random moments; after a dozen, the run is left to
-        // finish, however slow a loaded machine makes it.
-        let kill_after = match attempt {
-            0..12 => Duration::from_millis(150 + rng.below(700)),
-            _ => Duration::from_secs(120),
+        // Kills land at random moments of the run's own progress: after a
+        // random number of answers more have been recorded, so they fall
+        // mid-run however fast or slow the machine is. After a dozen, the run
+        // is left to finish.
+        let kill_at = match attempt {
+            0..12 => Some(answered_calls(&db) + 1 + rng.below(60)),
+            _ => None,
         };
-        let ended = tokio::time::timeout(kill_after, child.wait()).await;
-        let status = match ended {
-            Ok(status) => Some(status.unwrap()),
-            Err(_) => {
+        let status = match run_until(&mut child, &db, kill_at).await {
+            Some(status) => Some(status),
+            None => {
                 child.start_kill().unwrap();
                 child.wait().await.unwrap();
                 kills += 1;
