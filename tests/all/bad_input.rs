@@ -63,6 +63,12 @@ fn cases() -> Vec<Case> {
             expect: "p.yaml:12: transform `ask`: options.template: syntax error",
         },
         Case {
+            name: "an option of the wrong type",
+            files: good_csv(),
+            pipeline: pipeline("in.csv", &format!("{GOOD_NODE}      temperature: hot\n")),
+            expect: "p.yaml:13: transform `ask`: options.temperature: invalid type",
+        },
+        Case {
             name: "a file that is not WebAssembly",
             files: vec![
                 ("in.csv", b"id,text\n1,a\n".to_vec()),

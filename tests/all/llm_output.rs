@@ -55,15 +55,21 @@ fn reviews(n: usize) -> String {
     csv
 }
 
-#[tokio::test]
-async fn auto_falls_back_to_json_object_at_once_when_the_server_refuses_json_schema() {
-    let server = TestLlmServer::start(Script {
+/// The test LLM server (a test tool) answering JSON as a schema asks, and
+/// refusing `json_schema` with HTTP 500 as llama.cpp's server does.
+async fn refusing_json_schema() -> TestLlmServer {
+    TestLlmServer::start(Script {
         reply: Reply::Structured,
         refuse_json_schema: true,
         ..Script::default()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn auto_falls_back_to_json_object_at_once_when_the_server_refuses_json_schema() {
+    let server = refusing_json_schema().await;
     let ws = Workspace::new();
     ws.write("in.csv", &reviews(5));
     let p = ws.write(
@@ -125,13 +131,7 @@ async fn auto_falls_back_to_json_object_at_once_when_the_server_refuses_json_sch
 
 #[tokio::test]
 async fn rows_in_flight_together_learn_of_the_refusal_from_the_endpoint() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Structured,
-        refuse_json_schema: true,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = refusing_json_schema().await;
     let ws = Workspace::new();
     ws.write("in.csv", &reviews(12));
     let p = ws.write(
@@ -164,13 +164,7 @@ async fn rows_in_flight_together_learn_of_the_refusal_from_the_endpoint() {
 
 #[tokio::test]
 async fn an_explicit_json_schema_fails_its_rows_at_once_on_a_server_that_refuses_it() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Structured,
-        refuse_json_schema: true,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = refusing_json_schema().await;
     let ws = Workspace::new();
     ws.write("in.csv", &reviews(3));
     let p = ws.write(

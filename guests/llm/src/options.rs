@@ -214,8 +214,12 @@ impl LlmOptions {
         if let Value::Object(map) = &value {
             reject_endpoint_settings(map)?;
         }
-        let parsed: LlmOptions =
-            serde_json::from_value(value).map_err(|e| format!("options: {e}"))?;
+        let parsed: LlmOptions = serde_path_to_error::deserialize(value).map_err(|e| {
+            match e.path().to_string().as_str() {
+                "." => format!("options: {}", e.inner()),
+                path => format!("options.{path}: {}", e.inner()),
+            }
+        })?;
         parsed.validate()?;
         Ok(parsed)
     }
@@ -461,6 +465,19 @@ mod tests {
     fn unknown_option_is_named() {
         let err = LlmOptions::from_json(r#"{"template": "x", "temprature": 0.2}"#).unwrap_err();
         assert!(err.contains("unknown field `temprature`"), "{err}");
+    }
+
+    #[test]
+    fn an_option_of_the_wrong_type_is_named_with_its_path() {
+        let err = LlmOptions::from_json(r#"{"template": "x", "temperature": "hot"}"#).unwrap_err();
+        assert!(
+            err.starts_with("options.temperature: invalid type"),
+            "{err}"
+        );
+        let err =
+            LlmOptions::from_json(r#"{"template": "x", "params": {"seed": 1}, "bundle_size": -1}"#)
+                .unwrap_err();
+        assert!(err.starts_with("options.bundle_size: "), "{err}");
     }
 
     #[test]

@@ -123,8 +123,8 @@ impl AuditLog {
         let writer = std::thread::Builder::new()
             .name("weir-audit".into())
             .spawn(move || {
-                let written = writer::run(conn, scope, &rx, &released)
-                    .map_err(|e| AuditError::write(&db, e));
+                let written =
+                    writer::run(conn, scope, &rx, &released).map_err(|e| AuditError::write(&db, e));
                 if let (Err(e), Ok(mut slot)) = (&written, slot.lock()) {
                     *slot = Some(causes(e));
                 }
