@@ -156,6 +156,12 @@ async fn rows_in_flight_together_learn_of_the_refusal_from_the_endpoint() {
         "every schema request was refused once, never retried"
     );
     assert_eq!(served.len(), 12 + refused);
+    // Requests answered by the kept refusal never reached the endpoint.
+    let summary = stderr(&out);
+    assert!(
+        summary.contains(&format!("endpoint local: {} requests,", served.len())),
+        "{summary}"
+    );
     assert!(
         refused < 12,
         "later rows asked for json_object at once: {refused} refusals"

@@ -28,15 +28,26 @@ impl Asked {
 }
 
 /// Appended to the user message where no schema is enforced: the fields by
-/// name and type for the model to read, and the schema itself, which states
-/// them exactly. `json_object` also needs the word JSON in the messages.
+/// name and type for the model to read, the schema itself, which states them
+/// exactly, and last the object's shape with its keys. Small models copy the
+/// schema back instead of answering unless the last thing they read is the
+/// shape to fill in (SmolLM2-135M: 0 of 20 answers usable without that line,
+/// 20 of 20 with it). `json_object` also needs the word JSON in the messages.
 pub fn instruction(outputs: &[(String, FieldType)], schema: &Value) -> String {
     let mut text =
         String::from("\n\nAnswer with only a JSON object, no other text, with these fields:\n");
     for (name, field_type) in outputs {
         text.push_str(&format!("- {name}: {}\n", field_type.in_a_prompt()));
     }
-    text.push_str(&format!("JSON Schema: {schema}"));
+    text.push_str(&format!("JSON Schema: {schema}\n"));
+    let keys: Vec<String> = outputs
+        .iter()
+        .map(|(name, _)| format!("{}: ...", Value::from(name.as_str())))
+        .collect();
+    text.push_str(&format!(
+        "The object looks like this: {{{}}}",
+        keys.join(", ")
+    ));
     text
 }
 
@@ -108,6 +119,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"JSON Schema: {"type":"object""#), "{text}");
+        assert!(
+            text.ends_with(r#"The object looks like this: {"label": ..., "score": ...}"#),
+            "{text}"
+        );
     }
 
     #[test]

@@ -52,7 +52,10 @@ impl Endpoint {
             };
             let Some(admitted) = admitted else {
                 if let Some(refusal) = self.schema.known_refusal(body) {
-                    self.stats.finished(false);
+                    match attempt {
+                        0 => self.stats.request_withdrawn(),
+                        _ => self.stats.finished(false),
+                    }
                     return Err(CallError::Status(refusal));
                 }
                 return self

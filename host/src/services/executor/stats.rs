@@ -111,6 +111,12 @@ impl Stats {
         self.requests.fetch_add(1, Relaxed);
     }
 
+    /// A request answered by the endpoint's kept refusal before any attempt:
+    /// it never reached the endpoint, so it is not one of its requests.
+    pub fn request_withdrawn(&self) {
+        self.requests.fetch_sub(1, Relaxed);
+    }
+
     pub fn attempt_started(&self) {
         self.attempts.fetch_add(1, Relaxed);
         let now = self.in_flight.fetch_add(1, Relaxed) + 1;
