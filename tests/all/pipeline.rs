@@ -384,7 +384,8 @@ async fn validate_names_the_line_of_a_bad_option() {
     assert_eq!(out.status.code(), Some(1));
     let message = stderr(&out);
     assert!(
-        message.contains("p.yaml:15: transform `ask`: options: unknown field `temprature`"),
+        message
+            .contains("p.yaml:15: transform `ask`: options.temprature: unknown field `temprature`"),
         "{message}"
     );
 
