@@ -478,3 +478,58 @@ async fn an_anthropic_endpoint_is_told_the_schema_in_the_prompt() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_cut_json_answer_is_asked_once_more_with_a_larger_max_tokens_when_allowed() {
+    // The test LLM server (a test tool) cuts answers at `max_tokens`.
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Structured,
+        cut_at_max_tokens: true,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &reviews(3));
+    let options = format!(
+        "template: \"Review: {{{{ row.text }}}}\"\nresponse_format: json_schema\nmax_tokens: 2\n{OUTPUTS}"
+    );
+    let allowed = ws.write(
+        "allowed.yaml",
+        &local_pipeline(
+            &server.base_url(),
+            "",
+            &format!("{options}truncated_max_tokens: 64\n"),
+        ),
+    );
+    let out = weir(&["run", allowed.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check_rows(&ws, 3);
+    let limits: Vec<u64> = server
+        .served()
+        .iter()
+        .map(|s| s.body["max_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(limits.iter().filter(|&&l| l == 2).count(), 3, "{limits:?}");
+    assert_eq!(limits.iter().filter(|&&l| l == 64).count(), 3, "{limits:?}");
+
+    // Without it, a cut JSON answer fails its row after one call.
+    std::fs::remove_file(ws.path("out.jsonl")).ok();
+    let refused = ws.write(
+        "refused.yaml",
+        &local_pipeline(&server.base_url(), "", &options)
+            .replace("sinks:", "    on_error:\n      path: failed.jsonl\nsinks:"),
+    );
+    let before = server.served().len();
+    let out = weir(&["run", refused.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(server.served().len() - before, 3);
+    let failed = read_jsonl(&ws, "failed.jsonl");
+    assert_eq!(failed.len(), 3);
+    assert!(
+        failed
+            .iter()
+            .all(|r| r["_error_code"] == "response_truncated"),
+        "{failed:?}"
+    );
+}

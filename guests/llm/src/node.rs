@@ -65,6 +65,8 @@ struct Unit {
     /// messages after the prompt: a re-ask's conversation.
     follow_up: Vec<(&'static str, String)>,
     body: String,
+    /// Sent again with `truncated_max_tokens` after a cut answer.
+    enlarged: bool,
 }
 
 /// What one query gave one row.
@@ -248,6 +250,24 @@ impl LlmNode {
             asked,
             follow_up,
             body,
+            enlarged: false,
+        }
+    }
+
+    /// The unit sent again as it was, with room for a longer answer:
+    /// `truncated_max_tokens` in place of `max_tokens`.
+    fn enlarged(&self, unit: &Unit, max_tokens: u32) -> Unit {
+        let mut body: serde_json::Map<String, Value> =
+            serde_json::from_str(&unit.body).expect("a request body is a JSON object");
+        body.insert("max_tokens".into(), Value::from(max_tokens));
+        Unit {
+            query: unit.query,
+            rows: unit.rows.clone(),
+            prompts: unit.prompts.clone(),
+            asked: unit.asked,
+            follow_up: unit.follow_up.clone(),
+            body: Value::Object(body).to_string(),
+            enlarged: true,
         }
     }
 
@@ -291,13 +311,25 @@ impl LlmNode {
         }
         let mut retry = Vec::new();
         let mut pending = units;
-        for round in 0..=self.options.reask {
+        let mut reasks = 0;
+        loop {
             let mut again = Vec::new();
             let answers = self.send(&pending, host);
+            let reasking = reasks < self.options.reask;
+            let mut reasked = false;
             for (unit, answer) in pending.iter().zip(answers) {
                 let content = answer.as_ref().map(|a| a.content.clone()).ok();
                 let per_row = self.file_answer(unit, answer, host);
-                if round < self.options.reask
+                if let Some(larger) = self.options.truncated_max_tokens
+                    && !unit.enlarged
+                    && per_row
+                        .iter()
+                        .any(|r| r.as_ref().is_err_and(|e| e.code == "response_truncated"))
+                {
+                    again.push(self.enlarged(unit, larger));
+                    continue;
+                }
+                if reasking
                     && let ([row], [Err(problem)], Some(content)) =
                         (unit.rows.as_slice(), per_row.as_slice(), &content)
                     && matches!(
@@ -309,9 +341,10 @@ impl LlmNode {
                     host.attach(
                         *row,
                         &self.key("count.reasks", compiled),
-                        &(round + 1).to_string(),
+                        &(reasks + 1).to_string(),
                     );
                     again.push(self.reask(unit, content, problem));
+                    reasked = true;
                     continue;
                 }
                 for (row, result) in unit.rows.iter().zip(per_row) {
@@ -338,10 +371,14 @@ impl LlmNode {
             if again.is_empty() {
                 break;
             }
+            if reasked {
+                reasks += 1;
+            }
             host.log(
                 Level::Debug,
                 &format!(
-                    "asking {} answers again with what was wrong with them",
+                    "asking {} answers again: with what was wrong with them, or with room \
+                     for a longer answer",
                     again.len()
                 ),
             );
@@ -776,6 +813,44 @@ mod tests {
             .unwrap()
             .process(&[r#"{"text":"a"}"#.to_string()], &host);
         assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
+    }
+
+    #[test]
+    fn a_cut_json_answer_is_asked_once_more_with_the_larger_limit_when_allowed() {
+        let options = r#"{"template": "{{ row.text }}", "outputs": {"tone": "string"},
+                          "max_tokens": 8, "truncated_max_tokens": 64}"#;
+        let host = ScriptedHost::replying(vec![
+            cut("{\"tone\": \"cal"),
+            answer("{\"tone\": \"calm\"}"),
+        ]);
+        let out = configured(options)
+            .unwrap()
+            .process(&[r#"{"text":"a"}"#.to_string()], &host);
+        assert_eq!(first_row(&out[0])["tone"], "calm");
+        let sent = host.sent.borrow();
+        let limits: Vec<Value> = sent
+            .iter()
+            .map(|r| serde_json::from_str::<Value>(&r.body).unwrap()["max_tokens"].clone())
+            .collect();
+        assert_eq!(limits, vec![Value::from(8), Value::from(64)]);
+
+        // Once only: cut again, the row fails.
+        let host = ScriptedHost::replying(vec![cut("{\"tone\": \"c"), cut("{\"tone\": \"ca")]);
+        let out = configured(options)
+            .unwrap()
+            .process(&[r#"{"text":"a"}"#.to_string()], &host);
+        assert!(matches!(&out[0], Outcome::Failed { code, .. } if code == "response_truncated"));
+        assert_eq!(host.sent.borrow().len(), 2);
+
+        let Err(refused) =
+            configured(r#"{"template": "x", "max_tokens": 64, "truncated_max_tokens": 32}"#)
+        else {
+            panic!("a second limit below the first was accepted");
+        };
+        assert!(
+            refused.contains("options.truncated_max_tokens"),
+            "{refused}"
+        );
     }
 
     #[test]

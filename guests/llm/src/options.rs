@@ -75,6 +75,10 @@ pub struct LlmOptions {
     /// `max_tokens`; none when absent.
     #[serde(default)]
     pub truncated_field: Option<String>,
+    /// An answer cut at `max_tokens` that is a row error (JSON outputs, or
+    /// `on_truncated: fail`) is asked once more with this larger limit.
+    #[serde(default)]
+    pub truncated_max_tokens: Option<u32>,
     /// After an answer that is not the JSON the outputs declare, ask again
     /// up to this many times with the answer and what is wrong with it.
     #[serde(default)]
@@ -237,6 +241,13 @@ impl LlmOptions {
         }
         if self.max_tokens == Some(0) {
             return Err("options.max_tokens must be at least 1".into());
+        }
+        if let Some(larger) = self.truncated_max_tokens
+            && self.max_tokens.is_some_and(|first| larger <= first)
+        {
+            return Err(format!(
+                "options.truncated_max_tokens ({larger}) must be larger than options.max_tokens"
+            ));
         }
         if self.bundle_size == 0 {
             return Err("options.bundle_size must be at least 1".into());

@@ -114,6 +114,10 @@ pub struct Script {
     /// llama.cpp's server (llama-cpp-python) answers them; `json_object` is
     /// honoured.
     pub refuse_json_schema: bool,
+    /// An answer longer than the request's `max_tokens` (four characters
+    /// standing in for a token) is cut there, with `finish_reason: length`,
+    /// as a model's is.
+    pub cut_at_max_tokens: bool,
     /// Requests whose prompt contains this text are answered after this long
     /// instead of `latency`.
     pub slow_marker: Option<(String, Duration)>,
@@ -151,6 +155,7 @@ impl Default for Script {
             decorate: false,
             reject_marker: None,
             refuse_json_schema: false,
+            cut_at_max_tokens: false,
             slow_marker: None,
             batch_seconds: Duration::ZERO,
             batch_expire_marker: None,
@@ -712,12 +717,16 @@ async fn answer(
                 .sum()
         })
         .unwrap_or_default();
+    let (content, finish_reason) = match parsed["max_tokens"].as_u64() {
+        Some(limit) if script.cut_at_max_tokens => cut_at(content, limit as usize),
+        _ => (content, "stop"),
+    };
     let completion_tokens = content.split_whitespace().count();
     let reply = json!({
         "id": format!("chatcmpl-test-{sequence}"),
         "object": "chat.completion",
         "model": parsed["model"].as_str().unwrap_or("weir-test-model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens}
     });
@@ -839,4 +848,14 @@ fn error(status: u16, code: &str, message: &str, retry_after: Option<f64>) -> Re
             .insert("retry-after", seconds.to_string().parse().unwrap());
     }
     response
+}
+
+/// `content` cut where `limit` tokens end, four characters standing in for
+/// a token, and the finish reason a model gives for it.
+fn cut_at(content: String, limit: usize) -> (String, &'static str) {
+    let room = limit.saturating_mul(4);
+    match content.char_indices().nth(room) {
+        Some((end, _)) => (content[..end].to_string(), "length"),
+        None => (content, "stop"),
+    }
 }

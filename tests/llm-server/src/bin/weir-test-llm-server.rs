@@ -35,6 +35,10 @@ struct Args {
     /// does (`json_object` is honoured).
     #[arg(long)]
     refuse_json_schema: bool,
+    /// Cut answers longer than the request's `max_tokens` (four characters
+    /// to a token), with `finish_reason: length`.
+    #[arg(long)]
+    cut_at_max_tokens: bool,
 }
 
 #[tokio::main]
@@ -58,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
         })?,
         batch_expire_marker: args.batch_expire_marker,
         refuse_json_schema: args.refuse_json_schema,
+        cut_at_max_tokens: args.cut_at_max_tokens,
         ..Script::default()
     };
     let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
