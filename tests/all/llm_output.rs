@@ -199,12 +199,7 @@ async fn an_explicit_json_schema_fails_its_rows_at_once_on_a_server_that_refuses
 
 #[tokio::test]
 async fn without_an_enforced_schema_the_prompt_names_the_fields() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Structured,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Structured).await;
     let ws = Workspace::new();
     ws.write("in.csv", &reviews(3));
     for (format, sent) in [
@@ -243,12 +238,7 @@ async fn without_an_enforced_schema_the_prompt_names_the_fields() {
 
 #[tokio::test]
 async fn json_schema_requests_carry_strict_as_set() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Structured,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Structured).await;
     let ws = Workspace::new();
     ws.write("in.csv", &reviews(2));
     let p = ws.write(
@@ -447,12 +437,7 @@ async fn rows_a_bundled_answer_missed_are_asked_alone_with_the_fields_named() {
 
 #[tokio::test]
 async fn an_anthropic_endpoint_is_told_the_schema_in_the_prompt() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Structured,
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = server_replying(Reply::Structured).await;
     let ws = Workspace::new();
     ws.write("in.csv", &reviews(3));
     let p = ws.write(
