@@ -55,6 +55,7 @@ struct CompiledQuery {
 }
 
 /// One request: a query for one row, or for a bundle of rows.
+#[derive(Clone)]
 struct Unit {
     query: usize,
     rows: Vec<u32>,
@@ -261,13 +262,9 @@ impl LlmNode {
             serde_json::from_str(&unit.body).expect("a request body is a JSON object");
         body.insert("max_tokens".into(), Value::from(max_tokens));
         Unit {
-            query: unit.query,
-            rows: unit.rows.clone(),
-            prompts: unit.prompts.clone(),
-            asked: unit.asked,
-            follow_up: unit.follow_up.clone(),
             body: Value::Object(body).to_string(),
             enlarged: true,
+            ..unit.clone()
         }
     }
 
