@@ -17,7 +17,7 @@ pub async fn report() -> anyhow::Result<()> {
     let loaded = runtime.load(llm.bytes, "llm")?;
     let services = Arc::new(NodeServices {
         node_name: "bench".into(),
-        endpoints: Vec::new(),
+        endpoints: vec!["llm".into()],
         outbound: Outbound::Live(Default::default()),
         audit: None,
     });

@@ -6,6 +6,7 @@ mod drain;
 mod error;
 mod merge;
 mod ordered;
+mod packed;
 mod progress;
 mod quarantine;
 mod report;

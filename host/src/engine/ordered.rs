@@ -40,8 +40,10 @@ pub struct OrderedWindow<S, T> {
     futures: futures::stream::Fuse<S>,
     running_futures: FuturesUnordered<BoxFuture<'static, (u64, T)>>,
     /// Slot `i` holds the output of future `oldest_seq + i` once it finished;
-    /// the next future started gets `oldest_seq + finished.len()`.
-    finished: VecDeque<Option<T>>,
+    /// the next future started gets `oldest_seq + finished.len()`. Boxed: a
+    /// window of rows waiting hours on provider batches is mostly empty
+    /// slots, each the size of a pointer rather than of an output.
+    finished: VecDeque<Option<Box<T>>>,
     oldest_seq: u64,
     running: usize,
     window: usize,
@@ -90,12 +92,12 @@ where
             if matches!(this.finished.front(), Some(Some(_))) {
                 let output = this.finished.pop_front().flatten();
                 this.oldest_seq += 1;
-                return Poll::Ready(output);
+                return Poll::Ready(output.map(|o| *o));
             }
             match this.running_futures.poll_next_unpin(cx) {
                 Poll::Ready(Some((seq, output))) => {
                     let slot = (seq - this.oldest_seq) as usize;
-                    this.finished[slot] = Some(output);
+                    this.finished[slot] = Some(Box::new(output));
                 }
                 // Nothing runs and the oldest has been yielded, so nothing
                 // waits either: done once the stream is.

@@ -4,11 +4,12 @@
 //! An async function waiting would keep its whole state machine, which is as
 //! large as the largest state it can be in (the guest's run), for every
 //! waiting row. Here a waiting call is data instead: its rows as the guest
-//! takes them and the requests they wait for. The guest's run is a boxed
-//! future made only once the call has its turn at the node's guest slots,
-//! and made afresh when the answers are in: the many calls waiting for a
-//! turn hold only the small future that waits for it.
+//! takes them, packed into one buffer, and the requests they wait for. The
+//! guest's run is a boxed future made only once the call has its turn at the
+//! node's guest slots, and made afresh when the answers are in: the many
+//! calls waiting for a turn hold only the small future that waits for it.
 
+use super::packed::PackedCall;
 use super::setup::Node;
 use super::stage::{Attempt, Call, Flow};
 use crate::services::audit::AuditLog;
@@ -33,13 +34,13 @@ pub struct ResumableCall {
 enum State {
     /// Waits for a turn at the node's guest slots.
     Queued {
-        call: Call,
+        call: PackedCall,
         turn: BoxFuture<'static, Option<OwnedSemaphorePermit>>,
     },
     /// The guest runs over the call's rows.
     Running(BoxFuture<'static, (Call, Attempt)>),
     Waiting {
-        call: Call,
+        call: PackedCall,
         parked: Parked,
         since: Instant,
     },
@@ -62,11 +63,7 @@ impl Node {
                 Some(stopped) => {
                     State::Finished(self.finish_call(call, Err(stopped), audit.as_ref()))
                 }
-                None => {
-                    let mut call = call;
-                    call.shed_rows();
-                    queue(&self, call)
-                }
+                None => queue(&self, call.pack()),
             },
         };
         ResumableCall {
@@ -78,7 +75,7 @@ impl Node {
     }
 }
 
-fn queue(node: &Node, call: Call) -> State {
+fn queue(node: &Node, call: PackedCall) -> State {
     let slots = node.guest_slots.clone();
     State::Queued {
         call,
@@ -117,8 +114,12 @@ impl Future for ResumableCall {
                     else {
                         unreachable!("matched above")
                     };
-                    this.state =
-                        State::Running(run(Arc::clone(&this.node), call, this.waited, slot));
+                    this.state = State::Running(run(
+                        Arc::clone(&this.node),
+                        call.unpack(),
+                        this.waited,
+                        slot,
+                    ));
                 }
                 State::Running(running) => {
                     let (mut call, attempt) = ready!(running.as_mut().poll(cx));
@@ -132,7 +133,7 @@ impl Future for ResumableCall {
                             ))
                         }
                         Attempt::Parked(parked) => State::Waiting {
-                            call,
+                            call: call.pack(),
                             parked,
                             since: Instant::now(),
                         },
@@ -153,7 +154,7 @@ impl Future for ResumableCall {
                         // The run stops: the rows keep no outcome, and a
                         // resume takes them up.
                         Err(detached) => {
-                            let mut call = call;
+                            let mut call = call.unpack();
                             call.restore_rows();
                             State::Finished(this.node.finish_call(
                                 call,

@@ -475,34 +475,22 @@ pub(super) enum Attempt {
 
 /// One call of a node's guest over the live rows of some flows.
 pub(super) struct Call {
-    flows: Vec<Flow>,
+    pub(super) flows: Vec<Flow>,
     /// Which of `flows` go to the guest.
-    live: Vec<usize>,
-    started: Instant,
-    started_at_ms: i64,
+    pub(super) live: Vec<usize>,
+    pub(super) started: Instant,
+    pub(super) started_at_ms: i64,
     /// The node state of each live flow.
-    state_ids: Vec<u64>,
-    batch_id: Option<u64>,
+    pub(super) state_ids: Vec<u64>,
+    pub(super) batch_id: Option<u64>,
     /// The rows as the guest gets them, and each one's node state.
     pub(super) input: Vec<String>,
     pub(super) scopes: Vec<RowScope>,
     /// Which of `input` each live flow's rows are.
-    spans: Vec<std::ops::Range<usize>>,
+    pub(super) spans: Vec<std::ops::Range<usize>>,
 }
 
 impl Call {
-    /// Drops the live rows' values, which `input` holds as JSON text too,
-    /// and fits that text to its size: a call that waits long keeps its
-    /// rows once, and no spare capacity.
-    pub(super) fn shed_rows(&mut self) {
-        self.input.iter_mut().for_each(String::shrink_to_fit);
-        for &i in &self.live {
-            if let Ok(rows) = &mut self.flows[i].state {
-                *rows = Vec::new();
-            }
-        }
-    }
-
     /// The live rows' values again, read from `input`, for `finish_call`
     /// (a failed row goes to an `on_error` sink as it entered the node).
     pub(super) fn restore_rows(&mut self) {

@@ -143,6 +143,12 @@ fn push_entry(entries: &mut Vec<u8>, key: Key, body: &str) {
 /// memory all that time.
 const HELD_ROWS: usize = 8192;
 
+/// Rows whose body hashes are remembered at most. Past it the oldest row
+/// forgets them: should it record one of those bodies again, the body is
+/// stored twice, which costs bytes on disk rather than memory for every
+/// row waiting on a provider batch.
+const KEPT_ROWS: usize = 8192;
+
 /// Gathers on the writer thread the bodies each row records during one
 /// transaction, and writes them, compressed together, as that transaction's
 /// part of the row.
@@ -157,7 +163,7 @@ pub struct Bundler {
     held: HashMap<u64, Vec<u8>>,
     /// Hashes of the bodies kept for each row not ended yet: node k + 1
     /// receives what node k returned, and a row may send a request twice.
-    kept: HashMap<u64, Vec<[u8; 32]>>,
+    kept: BTreeMap<u64, Vec<[u8; 32]>>,
 }
 
 impl Bundler {
@@ -171,13 +177,16 @@ impl Bundler {
             compressor,
             pending: BTreeMap::new(),
             held: HashMap::new(),
-            kept: HashMap::new(),
+            kept: BTreeMap::new(),
         })
     }
 
     /// Whether `sha256` is new for the row, remembering it.
     fn first_time(&mut self, row_index: u64, sha256: &str) -> bool {
         let full = full_hash(sha256);
+        if self.kept.len() >= KEPT_ROWS && !self.kept.contains_key(&row_index) {
+            self.kept.pop_first();
+        }
         let kept = self.kept.entry(row_index).or_default();
         if kept.contains(&full) {
             return false;
