@@ -3,11 +3,12 @@
 //! endpoint's own; nothing here is shown to guests.
 
 use super::lines::{self, LineResult, Wire};
+use super::spool::Spooled;
 use super::store::Request;
 use crate::config::model::defaults::{ANTHROPIC_BASE_URL, OPENAI_BASE_URL};
 use crate::config::{EndpointKind, EndpointSpec};
 use crate::context::Context;
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -112,14 +113,15 @@ impl Client {
     /// The batch's lines as JSONL (OpenAI, Azure) or as Anthropic's list.
     /// The batch's lines, each as JSON text followed by `separator`: built
     /// one at a time, so a batch of 50,000 costs its text and no more.
-    fn lines(&self, requests: &[Request], separator: char) -> String {
-        let mut text = String::new();
-        for r in requests {
-            let line = lines::line(self.wire, &r.custom_id, &r.body, self.deployment.as_deref());
-            text.push_str(&line.to_string());
-            text.push(separator);
-        }
-        text
+    /// A request as a line of the provider's batch file (or array).
+    pub fn line(&self, request: &Request) -> String {
+        lines::line(
+            self.wire,
+            &request.custom_id,
+            &request.body,
+            self.deployment.as_deref(),
+        )
+        .to_string()
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
@@ -161,9 +163,9 @@ impl Client {
     }
 
     /// OpenAI and Azure: uploads the batch's JSONL file; returns its id.
-    pub async fn upload(&self, requests: &[Request]) -> Result<String> {
-        let jsonl = self.lines(requests, '\n');
-        let part = reqwest::multipart::Part::text(jsonl)
+    pub async fn upload(&self, lines: &Spooled) -> Result<String> {
+        let body = lines.body().context("cannot read the spooled batch file")?;
+        let part = reqwest::multipart::Part::stream_with_length(body, lines.len)
             .file_name("weir-batch.jsonl")
             .mime_str("application/jsonl")?;
         let form = reqwest::multipart::Form::new()
@@ -184,30 +186,34 @@ impl Client {
     pub async fn create(
         &self,
         file_id: Option<&str>,
-        requests: &[Request],
+        lines: &Spooled,
         tag: &str,
     ) -> Result<String> {
-        let (url, body) = match self.wire {
-            Wire::OpenAi | Wire::Azure => (
-                format!("{}/batches", self.base),
-                json!({
+        let (url, body, len) = match self.wire {
+            Wire::OpenAi | Wire::Azure => {
+                let body = json!({
                     "input_file_id": file_id.ok_or(BatchError::Answer("an OpenAI batch needs its file"))?,
                     "endpoint": if self.wire == Wire::Azure { "/chat/completions" } else { "/v1/chat/completions" },
                     "completion_window": "24h",
                     "metadata": { "weir_batch": tag },
                 })
-                .to_string(),
-            ),
-            Wire::Anthropic => {
-                let mut list = self.lines(requests, ',');
-                list.pop();
-                (self.base.clone(), format!("{{\"requests\":[{list}]}}"))
+                .to_string();
+                let len = body.len() as u64;
+                (format!("{}/batches", self.base), body.into(), len)
             }
+            Wire::Anthropic => (
+                self.base.clone(),
+                lines
+                    .body()
+                    .context("cannot read the spooled batch requests")?,
+                lines.len,
+            ),
         };
         let batch = self
             .send_json(
                 self.request(reqwest::Method::POST, &url)
                     .header(CONTENT_TYPE, "application/json")
+                    .header(CONTENT_LENGTH, len)
                     .body(body),
                 "create the batch",
             )

@@ -24,6 +24,8 @@ pub enum BatchError {
     #[error("{0}")]
     Answer(&'static str),
     #[error(transparent)]
+    IoAt(#[from] Contextual<std::io::Error>),
+    #[error(transparent)]
     Sqlite(#[from] rusqlite::Error),
     #[error(transparent)]
     SqliteAt(#[from] Contextual<rusqlite::Error>),

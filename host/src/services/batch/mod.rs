@@ -12,15 +12,17 @@
 mod client;
 mod error;
 pub mod lines;
+mod spool;
 mod store;
 
 use crate::config::{BatchFallback, EndpointSpec, PriceSpec, provider_batch_limit};
-use crate::context::causes;
+use crate::context::{Context as _, causes};
 use crate::services::budget::{Budget, Hold};
 use crate::services::cost;
 use crate::services::stop::{RunStop, StopReason};
 use client::{Client, Status};
 use lines::{LineOutcome, LineResult};
+use spool::{Spool, Spooled};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -484,7 +486,7 @@ impl Inner {
     /// Takes a batch from where it stands to submitted, finding one that
     /// a killed run created but did not record before creating another;
     /// returns the provider's id for it.
-    async fn submit(&self, job: &mut Job, requests: &[Request]) -> Result<String> {
+    async fn submit(&self, job: &mut Job, lines: &Spooled) -> Result<String> {
         let tag = self.tag(job);
         if job.state == JobState::Uploaded && job.batch_id.is_none() {
             // Killed between creating the batch and recording its id?
@@ -503,7 +505,7 @@ impl Inner {
             job.batch_id = self
                 .retry(|| {
                     self.client
-                        .find_untagged(job.prepared_at_ms, requests.len(), &known)
+                        .find_untagged(job.prepared_at_ms, lines.count, &known)
                 })
                 .await?;
             if let Some(id) = &job.batch_id {
@@ -512,7 +514,7 @@ impl Inner {
             }
         }
         if job.state == JobState::Preparing && self.client.wire() != lines::Wire::Anthropic {
-            let file = self.retry(|| self.client.upload(requests)).await?;
+            let file = self.retry(|| self.client.upload(lines)).await?;
             self.store.uploaded(job.job_id, &file)?;
             job.input_file_id = Some(file);
             job.state = JobState::Uploaded;
@@ -520,7 +522,7 @@ impl Inner {
         if job.batch_id.is_none() {
             let file = job.input_file_id.clone();
             let id = self
-                .retry(|| self.client.create(file.as_deref(), requests, &tag))
+                .retry(|| self.client.create(file.as_deref(), lines, &tag))
                 .await?;
             self.store.submitted(job.job_id, &id)?;
             job.batch_id = Some(id);
@@ -530,8 +532,8 @@ impl Inner {
     }
 
     async fn drive(&self, job: &mut Job) -> Result<()> {
-        let requests = self.store.requests_of(job.job_id)?;
-        let batch_id = self.submit(job, &requests).await?;
+        let lines = self.spool(job.job_id)?;
+        let batch_id = self.submit(job, &lines).await?;
         {
             let mut first = self
                 .counts
@@ -543,16 +545,16 @@ impl Inner {
         self.counts.batches.fetch_add(1, Ordering::Relaxed);
         self.counts
             .requests
-            .fetch_add(requests.len() as u64, Ordering::Relaxed);
+            .fetch_add(lines.count as u64, Ordering::Relaxed);
         tracing::info!(
             endpoint = %self.endpoint,
             "batch {batch_id}: {} requests submitted; asking for its status every {:.0} s",
-            requests.len(),
+            lines.count,
             self.poll.as_secs_f64()
         );
-        // The requests are in the audit database: not held while the
+        // The requests are in the audit database: not kept while the
         // provider works, which may be hours.
-        drop(requests);
+        drop(lines);
         let status = self.poll_until_ended(&batch_id, job.job_id).await?;
         // Their ids only: the bodies stay in the database, whence the few
         // requests sent again are read.
@@ -573,6 +575,18 @@ impl Inner {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
         self.hand_out(results)
+    }
+
+    /// The batch's lines, read one request at a time from the audit
+    /// database.
+    fn spool(&self, job_id: i64) -> Result<Spooled> {
+        const SPOOLING: &str = "cannot spool the lines of a batch to a temporary file";
+        let mut spool =
+            Spool::new(self.client.wire() == lines::Wire::Anthropic).context(SPOOLING)?;
+        self.store.each_request_of(job_id, |request| {
+            Ok(spool.push(&self.client.line(request)).context(SPOOLING)?)
+        })?;
+        Ok(spool.finish().context(SPOOLING)?)
     }
 
     async fn poll_until_ended(&self, batch_id: &str, job_id: i64) -> Result<Status> {

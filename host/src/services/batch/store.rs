@@ -245,17 +245,23 @@ impl Store {
         Ok(())
     }
 
-    /// The requests of a batch, to upload or submit it again.
-    pub fn requests_of(&self, job_id: i64) -> Result<Vec<Request>> {
+    /// Hands `each` the requests of a batch, one at a time, to upload or
+    /// submit it again.
+    pub fn each_request_of(
+        &self,
+        job_id: i64,
+        mut each: impl FnMut(&Request) -> Result<()>,
+    ) -> Result<()> {
         let conn = self.conn();
         let mut query = conn.prepare(
             "SELECT custom_id, row_index, node_id, request_index, request_sha256, body
              FROM batch_requests WHERE run_id = ?1 AND job_id = ?2 ORDER BY custom_id",
         )?;
-        let rows = query
-            .query_map(params![self.run_id, job_id], request_of_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        let mut rows = query.query(params![self.run_id, job_id])?;
+        while let Some(row) = rows.next()? {
+            each(&request_of_row(row)?)?;
+        }
+        Ok(())
     }
 
     /// The ids of a batch's requests.
@@ -387,7 +393,7 @@ impl Store {
     }
 }
 
-/// A request as `requests_of` and `requests` select it.
+/// A request as `each_request_of` and `requests` select it.
 fn request_of_row(r: &rusqlite::Row) -> rusqlite::Result<Request> {
     Ok(Request {
         custom_id: r.get(0)?,
