@@ -311,3 +311,58 @@ async fn a_configure_error_in_text_from_a_0_2_component_is_still_located() {
         "{err}"
     );
 }
+
+/// In batch mode, the requests `complete` is given for the rows of a call go
+/// into one provider batch; each row runs again when its answer is in, and
+/// reads it as an online answer.
+#[tokio::test]
+async fn complete_in_batch_mode_sends_the_rows_of_a_call_in_one_provider_batch() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    let texts = ["alpha", "beta", "gamma", "delta"];
+    let input: String = texts
+        .iter()
+        .map(|t| format!("{{\"text\":\"{t}\"}}\n"))
+        .collect();
+    ws.write("in.jsonl", &input);
+    let endpoint = format!(
+        "  llm:\n    kind: openai\n    base_url: {}/v1\n    api_key: ${{OPENAI_API_KEY}}\n    \
+         mode: batch\n    batch_poll_seconds: 0.1\n",
+        server.root_url()
+    );
+    let p = ws.write(
+        "p.yaml",
+        &chat_pipeline(&endpoint, "      model: test-model\n"),
+    );
+    let out = weir(&["run", p.to_str().unwrap()], &[("OPENAI_API_KEY", KEY)]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = read_jsonl(&ws, "out.jsonl");
+    let answers: Vec<&str> = rows.iter().map(|r| r["answer"].as_str().unwrap()).collect();
+    let expected: Vec<String> = texts.iter().map(|t| format!("echo: {t}")).collect();
+    assert_eq!(answers, expected);
+    assert!(rows.iter().all(|r| r["finish_reason"] == "stop"));
+    let batches = server.batches();
+    assert_eq!(batches.len(), 1, "{}", stderr(&out));
+    assert_eq!(batches[0].custom_ids.len(), texts.len());
+    // The server logs the batch's lines as chat requests: one each, and
+    // nothing beside them went online.
+    let chat_requests = server
+        .served()
+        .iter()
+        .filter(|s| !s.path.contains("batch"))
+        .count();
+    assert_eq!(chat_requests, texts.len());
+    let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let batched: usize = db
+        .query_row(
+            "SELECT count(*) FROM calls WHERE provider_batch IS NOT NULL AND replayed = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        batched,
+        texts.len(),
+        "each answer recorded once as a batch call"
+    );
+}
