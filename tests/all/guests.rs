@@ -10,6 +10,8 @@ const CHAOS_V0_1: &str = concat!(
     "/../guests/dist/test-chaos.wasm"
 );
 
+const TEST_V0_2: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guests/dist/test-v0-2.wasm");
+
 /// A component that exports `weir:transform/transform` at `version`, with
 /// bodies that trap: enough to be loaded and judged by its contract.
 fn component_for_contract(version: &str) -> Vec<u8> {
@@ -51,7 +53,7 @@ fn one_node_pipeline(component: &str) -> String {
 }
 
 #[tokio::test]
-async fn components_of_the_old_and_the_new_contract_run_in_one_pipeline() {
+async fn components_of_each_supported_contract_run_side_by_side_in_one_pipeline() {
     let server = server_replying(Reply::Echo).await;
     let ws = Workspace::new();
     ws.write(
@@ -63,6 +65,7 @@ async fn components_of_the_old_and_the_new_contract_run_in_one_pipeline() {
         &format!(
             "source:\n  path: in.jsonl\nendpoints:\n  llm:\n    base_url: ${{OPENAI_BASE_URL}}\n    \
              api_key: ${{OPENAI_API_KEY}}\ntransforms:\n  - name: old\n    component: {CHAOS_V0_1}\n  \
+             - name: middle\n    component: {TEST_V0_2}\n  \
              - name: new\n    component: llm\n    endpoints: [llm]\n    options:\n{ECHO_OPTIONS}\
              sinks:\n  - path: out.jsonl\n"
         ),
@@ -72,9 +75,10 @@ async fn components_of_the_old_and_the_new_contract_run_in_one_pipeline() {
     let rows = read_jsonl(&ws, "out.jsonl");
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["ok"], true, "the 0.1.0 component ran");
+    assert_eq!(rows[0]["v2_node"], "middle", "the 0.2.0 component ran");
     assert_eq!(
         rows[1]["llm_response"], "echo: Q2: b",
-        "the 0.2.0 component ran"
+        "the 0.3.0 component ran"
     );
     let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
     let versions: Vec<(String, String)> = db
@@ -88,7 +92,8 @@ async fn components_of_the_old_and_the_new_contract_run_in_one_pipeline() {
         versions,
         vec![
             ("old".into(), "0.1.0".into()),
-            ("new".into(), "0.2.0".into())
+            ("middle".into(), "0.2.0".into()),
+            ("new".into(), "0.3.0".into())
         ]
     );
 }
@@ -107,7 +112,7 @@ async fn a_component_of_an_unknown_contract_is_refused_naming_its_version_and_th
         for needle in [
             &file,
             &format!("weir:transform@{version}"),
-            "supports 0.1.0 to 0.2.0",
+            "supports 0.1.0 to 0.3.0",
             advice,
             "p.yaml:5",
         ] {

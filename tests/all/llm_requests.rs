@@ -105,15 +105,15 @@ async fn params_that_would_replace_the_prompt_or_repeat_an_option_are_refused_by
     for (params, expected) in [
         (
             "params:\n  messages: []\n",
-            "options.params.messages is not allowed: the messages are built from `template`",
+            "options.params.messages: is not allowed: the messages are built from `template`",
         ),
         (
             "params:\n  model: other\n",
-            "options.params.model is not allowed: set it with options.model",
+            "options.params.model: is not allowed: set it with options.model",
         ),
         (
             "params:\n  system: be terse\n",
-            "options.params.system is not allowed",
+            "options.params.system: is not allowed",
         ),
         (
             "temperature: 0\nparams:\n  temperature: 1\n",
@@ -172,7 +172,7 @@ async fn a_node_granted_several_endpoints_must_name_one() {
     let message = stderr(&out);
     assert!(
         message.contains(
-            "p.yaml:14: transform `ask`: options.endpoint is required: this node is granted 2 \
+            "p.yaml:14: transform `ask`: options.endpoint: is required: this node is granted 2 \
              endpoints (fast, smart); name the one to call"
         ),
         "{message}"

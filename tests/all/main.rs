@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod batch;
+mod contract_0_3;
 mod disk_full;
 mod executor;
 mod guests;

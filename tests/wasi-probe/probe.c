@@ -15,7 +15,7 @@
 
 bool exports_weir_transform_transform_configure(exports_weir_transform_transform_json_t *options,
                                                 exports_weir_transform_transform_node_info_t *ret,
-                                                node_string_t *err) {
+                                                exports_weir_transform_transform_config_error_t *err) {
   (void)err;
   exports_weir_transform_transform_json_free(options);
   static const char *fields[] = {"wall_clock", "monotonic_clock", "home", "file", "random",

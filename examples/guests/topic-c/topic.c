@@ -111,7 +111,9 @@ static bool check_options(yyjson_val *options, text_t *err) {
       if (yyjson_equals_str(key, KNOWN[k])) known = true;
     }
     if (!known) {
-      text_add(err, "options: unknown field `");
+      text_add(err, "options.");
+      text_add(err, yyjson_get_str(key));
+      text_add(err, ": unknown field `");
       text_add(err, yyjson_get_str(key));
       text_add(err, "`");
       return false;
@@ -181,9 +183,35 @@ static bool pick_endpoint(yyjson_val *options, text_t *err) {
   return err->len == 0;
 }
 
+// The refusal in `message`, written as weir shows refusals
+// (`options.NAME: what is wrong`), as the contract's config-error: the
+// option's path and what is wrong with it.
+static void config_error_of(text_t *message, exports_weir_transform_transform_config_error_t *err) {
+  const char *text = message->ptr ? message->ptr : "";
+  const char *rest = text;
+  err->path.len = 0;
+  err->path.ptr = NULL;
+  if (strncmp(text, "options.", 8) == 0) {
+    const char *name = text + 8;
+    size_t n = strcspn(name, ": ");
+    err->path.len = 1;
+    err->path.ptr = malloc(sizeof(node_string_t));
+    text_t key = {0};
+    text_add_n(&key, name, n);
+    err->path.ptr[0] = text_take(&key);
+    rest = name + n;
+  } else if (strncmp(text, "options", 7) == 0) {
+    rest = text + 7;
+  }
+  while (*rest == ':' || *rest == ' ') rest++;
+  err->message = string_of(rest);
+  free(message->ptr);
+  *message = (text_t){0};
+}
+
 bool exports_weir_transform_transform_configure(exports_weir_transform_transform_json_t *options,
                                                 exports_weir_transform_transform_node_info_t *ret,
-                                                node_string_t *err) {
+                                                exports_weir_transform_transform_config_error_t *err) {
   text_t message = {0};
   yyjson_doc *doc = yyjson_read((const char *)options->ptr, options->len, 0);
   yyjson_val *root = yyjson_doc_get_root(doc);
@@ -191,7 +219,7 @@ bool exports_weir_transform_transform_configure(exports_weir_transform_transform
   yyjson_doc_free(doc);
   exports_weir_transform_transform_json_free(options);
   if (!ok) {
-    *err = text_take(&message);
+    config_error_of(&message, err);
     return false;
   }
   ret->output_fields.len = 1;

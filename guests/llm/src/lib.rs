@@ -20,11 +20,13 @@ pub mod params;
 pub mod parse;
 pub mod prompt;
 
-use weir_sdk::{Host, RawTransform, RowError};
+use weir_sdk::{ConfigError, Host, RawTransform, RowError};
 
 impl RawTransform for node::LlmNode {
-    fn configure(options: &str, host: &dyn Host) -> Result<Self, String> {
-        node::LlmNode::configure(options, &host.endpoints())
+    /// Its messages name the option as `options.PATH`, which becomes the
+    /// refusal's path.
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, ConfigError> {
+        node::LlmNode::configure(options, &host.endpoints()).map_err(ConfigError::from)
     }
 
     fn output_fields(&self) -> Vec<String> {

@@ -22,8 +22,8 @@ use std::process::Command;
 type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 /// The contract new guests build against: the newest this host runs.
-pub const CONTRACT_VERSION: &str = "0.2.0";
-pub const CONTRACT_WIT: &str = include_str!("../../../wit/0.2.0/transform.wit");
+pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_WIT: &str = include_str!("../../../wit/0.3.0/transform.wit");
 
 /// Builds the guest in `dir` into `<dir>/<folder name>.wasm` (or `out`) and
 /// returns the component's path.

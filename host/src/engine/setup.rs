@@ -193,21 +193,23 @@ async fn prepare_node(
     // What the component says (its options error, its stderr) is its own
     // text: escaped, so it prints as what it is.
     .map_err(|e| match e {
-        crate::runtime::NodeSetupError::Options(m) => match named_option(&m).filter(|option| {
+        crate::runtime::NodeSetupError::Options(refused) => {
+            let option = refused.option_path().unwrap_or_default();
+            let mut key_path = vec!["transforms", key.as_str(), "options"];
+            key_path.extend(option.iter().map(String::as_str));
             // An option the file leaves out (one the component requires)
-            // has no line of its own: point at `options` instead.
-            crate::config::locate::line_of(
-                &pipeline.file.text,
-                &["transforms", &key, "options", option],
-            )
-            .is_some()
-        }) {
-            Some(option) => pipeline.file.error_at(
-                &["transforms", &key, "options", &option],
-                format!("transform `{}`: {}", config.name, escape(&m)),
-            ),
-            None => at("options", escape(&m).into_owned()),
-        },
+            // has no line of its own: the nearest enclosing one stands in.
+            let line = crate::config::locate::nearest_line_of(&pipeline.file.text, &key_path, 2);
+            crate::config::ConfigError::Invalid {
+                path: pipeline.file.path.clone(),
+                line,
+                message: format!(
+                    "transform `{}`: {}",
+                    config.name,
+                    escape(&refused.to_string())
+                ),
+            }
+        }
         other => at(
             "component",
             format!("{origin}: {}", escape(&other.to_string())),
@@ -244,41 +246,5 @@ impl Node {
                 ))
             }),
         }
-    }
-}
-
-/// The option a component's configure error is about, when it names one as
-/// `options.NAME` or serde's "unknown field `NAME`", so the error can point
-/// at that option's own line.
-fn named_option(message: &str) -> Option<String> {
-    let after = message
-        .split_once("unknown field `")
-        .map(|(_, rest)| rest.split('`').next().unwrap_or_default())
-        .or_else(|| {
-            message.split_once("options.").map(|(_, rest)| {
-                let end = rest
-                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                &rest[..end]
-            })
-        })?;
-    (!after.is_empty()).then(|| after.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::named_option;
-
-    #[test]
-    fn finds_the_option_a_message_names() {
-        assert_eq!(
-            named_option("options: unknown field `temprature`, expected one of `a`").as_deref(),
-            Some("temprature")
-        );
-        assert_eq!(
-            named_option("options.template: syntax error: unexpected end").as_deref(),
-            Some("template")
-        );
-        assert_eq!(named_option("options are not valid JSON"), None);
     }
 }

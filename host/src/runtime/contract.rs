@@ -13,12 +13,13 @@ const EXPORT_PREFIX: &str = "weir:transform/transform@";
 
 /// The contract versions this host can run, oldest first. Each has its own
 /// bindings in `bindings`, generated from its own folder under `wit/`.
-pub const SUPPORTED: &[Contract] = &[Contract::V0_1, Contract::V0_2];
+pub const SUPPORTED: &[Contract] = &[Contract::V0_1, Contract::V0_2, Contract::V0_3];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Contract {
     V0_1,
     V0_2,
+    V0_3,
 }
 
 impl Contract {
@@ -26,6 +27,7 @@ impl Contract {
         match self {
             Contract::V0_1 => "0.1.0",
             Contract::V0_2 => "0.2.0",
+            Contract::V0_3 => "0.3.0",
         }
     }
 
@@ -44,7 +46,7 @@ fn same_release(supported: &str, given: &str) -> bool {
     }
 }
 
-/// The supported versions as users read them: `0.1.0 to 0.2.0`.
+/// The supported versions as users read them: `0.1.0 to 0.3.0`.
 pub fn supported_range() -> String {
     format!(
         "{} to {}",
@@ -129,9 +131,11 @@ mod tests {
         assert_eq!(supported("0.2.0"), Ok(Contract::V0_2));
         assert_eq!(supported("0.2.7"), Ok(Contract::V0_2));
         assert_eq!(supported("0.1.3"), Ok(Contract::V0_1));
-        let newer = supported("0.3.0").unwrap_err();
+        assert_eq!(supported("0.3.2"), Ok(Contract::V0_3));
+        let newer = supported("0.4.0").unwrap_err();
         assert!(newer.contains("upgrade weir"), "{newer}");
         assert!(supported("0.2.1-rc1").is_err());
+        assert!(supported("0.3.0-rc1").is_err());
         assert!(supported("1.2.0").is_err());
         let older = supported("0.0.9").unwrap_err();
         assert!(older.contains("rebuild it"), "{older}");

@@ -5,11 +5,13 @@ pub mod builtin;
 mod cache;
 pub mod cache_dir;
 mod calls;
+mod chat;
 pub mod contract;
 mod error;
 mod limits;
 mod output;
 mod pool;
+mod refused;
 mod state;
 mod stderr;
 mod wasi;
@@ -18,6 +20,7 @@ pub use error::{LoadError, Trap, WasmError};
 pub use limits::LimitHit;
 
 pub use pool::{GuestInstance, Interrupted, NodeRuntime, NodeSetupError, Unavailable};
+pub use refused::RefusedOptions;
 pub use state::{NodeServices, Outbound, RowScope, Script};
 
 use state::GuestState;
@@ -54,6 +57,8 @@ impl Runtime {
         bindings::v0_1::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(engine_error)?;
         bindings::v0_2::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+            .map_err(engine_error)?;
+        bindings::v0_3::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
             .map_err(engine_error)?;
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         wasi::stop_sleeps(&mut linker).map_err(engine_error)?;

@@ -4,9 +4,10 @@
 //! the node's memory budget has no room for another instance, a row waits
 //! for one to come back instead.
 
-use super::bindings::{GuestRowError, NodeInfo, Outcome, v0_1, v0_2};
+use super::bindings::{GuestRowError, NodeInfo, Outcome, v0_1, v0_2, v0_3};
 use super::contract::{self, Contract};
 use super::limits::{LimitHit, NodeMemory};
+use super::refused::RefusedOptions;
 use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
 use crate::config::GuestLimits;
@@ -57,6 +58,7 @@ impl Drop for Counted {
 enum Pre {
     V0_1(v0_1::NodePre<GuestState>),
     V0_2(v0_2::NodePre<GuestState>),
+    V0_3(v0_3::NodePre<GuestState>),
 }
 
 impl Pre {
@@ -67,6 +69,7 @@ impl Pre {
         Ok(match contract {
             Contract::V0_1 => Pre::V0_1(v0_1::NodePre::new(instance_pre)?),
             Contract::V0_2 => Pre::V0_2(v0_2::NodePre::new(instance_pre)?),
+            Contract::V0_3 => Pre::V0_3(v0_3::NodePre::new(instance_pre)?),
         })
     }
 
@@ -74,6 +77,7 @@ impl Pre {
         Ok(match self {
             Pre::V0_1(pre) => Exports::V0_1(pre.instantiate_async(store).await?),
             Pre::V0_2(pre) => Exports::V0_2(pre.instantiate_async(store).await?),
+            Pre::V0_3(pre) => Exports::V0_3(pre.instantiate_async(store).await?),
         })
     }
 }
@@ -82,6 +86,7 @@ impl Pre {
 enum Exports {
     V0_1(v0_1::Node),
     V0_2(v0_2::Node),
+    V0_3(v0_3::Node),
 }
 
 impl Exports {
@@ -89,18 +94,25 @@ impl Exports {
         &self,
         store: &mut Store<GuestState>,
         options: &String,
-    ) -> wasmtime::Result<Result<NodeInfo, String>> {
+    ) -> wasmtime::Result<Result<NodeInfo, RefusedOptions>> {
         Ok(match self {
             Exports::V0_1(node) => node
                 .weir_transform_transform()
                 .call_configure(store, options)
                 .await?
-                .map(v0_1::node_info_to_current),
-            Exports::V0_2(node) => {
-                node.weir_transform_transform()
-                    .call_configure(store, options)
-                    .await?
-            }
+                .map(v0_1::node_info_to_current)
+                .map_err(RefusedOptions::text),
+            Exports::V0_2(node) => node
+                .weir_transform_transform()
+                .call_configure(store, options)
+                .await?
+                .map(v0_2::node_info_to_current)
+                .map_err(RefusedOptions::text),
+            Exports::V0_3(node) => node
+                .weir_transform_transform()
+                .call_configure(store, options)
+                .await?
+                .map_err(RefusedOptions::typed),
         })
     }
 
@@ -117,7 +129,14 @@ impl Exports {
                 .into_iter()
                 .map(v0_1::outcome_to_current)
                 .collect(),
-            Exports::V0_2(node) => {
+            Exports::V0_2(node) => node
+                .weir_transform_transform()
+                .call_process(store, rows)
+                .await?
+                .into_iter()
+                .map(v0_2::outcome_to_current)
+                .collect(),
+            Exports::V0_3(node) => {
                 node.weir_transform_transform()
                     .call_process(store, rows)
                     .await?
@@ -405,7 +424,7 @@ pub enum NodeSetupError {
         limit: Option<LimitHit>,
     },
     /// The component refused its options.
-    Options(String),
+    Options(RefusedOptions),
 }
 
 impl NodeSetupError {

@@ -10,7 +10,7 @@
 // context_length_exceeded, and response_unparsable for an answer that
 // should hold JSON and does not.
 
-import { CallError, excerpt } from './host.js';
+import { CallError, ChatError, excerpt } from './host.js';
 import { extractJson } from './json.js';
 import { RowError } from './row.js';
 
@@ -90,6 +90,20 @@ export class Chat {
     return Object.assign(body, this.#extra);
   }
 
+  /** The typed request to `endpoint` for row `row`, for `host.complete`. */
+  request(endpoint, row = 0) {
+    return {
+      endpoint,
+      row,
+      messages: this.#messages.map((m) => ({ ...m })),
+      model: this.#model,
+      maxTokens: this.#maxTokens,
+      temperature: this.#temperature,
+      responseFormat: this.#responseFormat,
+      extra: Object.keys(this.#extra).length ? { ...this.#extra } : undefined,
+    };
+  }
+
   /** The request body as JSON text. */
   body() {
     return JSON.stringify(this.bodyValue());
@@ -132,6 +146,33 @@ export function interpret(result) {
   }
   if (!(result.status >= 200 && result.status < 300)) throw statusError(result);
   return parseAnswer(result.body);
+}
+
+/** The Answer in the result of a typed chat request (a ChatAnswer or a
+ * ChatError), with the row error codes of interpret. */
+export function interpretCompleted(result) {
+  if (result instanceof ChatError) {
+    if (result.callError) return interpret(result.callError);
+    if (result.kind === 'invalid-request') throw new RowError('invalid_request', result.message);
+    throw new RowError('invalid_response', `the answer is not a chat answer: ${excerpt(result.response?.body ?? '')}`);
+  }
+  checkFinish(result.finishReason === 'length', result.finishReason === 'content_filter', result.text);
+  let usage;
+  try {
+    usage = JSON.parse(result.body).usage;
+  } catch {
+    usage = undefined;
+  }
+  const { inputTokens, outputTokens } = result;
+  return new Answer({
+    content: result.text,
+    model: result.model,
+    finishReason: result.finishReason,
+    usage: isObject(usage) ? usage : undefined,
+    inputTokens,
+    outputTokens,
+    totalTokens: inputTokens === undefined || outputTokens === undefined ? undefined : inputTokens + outputTokens,
+  });
 }
 
 /** The model's text in the final result of a chat request; see interpret. */

@@ -20,8 +20,9 @@ export function exportTransform(TransformClass) {
         node = configured.node;
         return { outputFields: configured.fields };
       } catch (e) {
-        // A thrown string is how ComponentizeJS returns the `err` of a result.
-        if (e instanceof ConfigureError) throw e.message;
+        // A thrown value is how ComponentizeJS returns the `err` of a result:
+        // here a config-error record.
+        if (e instanceof ConfigureError) throw { path: e.path, message: e.detail };
         throw e;
       }
     },

@@ -1,7 +1,7 @@
 // The services a weir host gives a transform: the contract's imports inside
 // a component, `MockHost` (weir-sdk/testing) in native tests. A host has
-// send(requests), attach(row, key, value), log(level, message), nodeName()
-// and endpoints().
+// send(requests), complete(chatRequests), attach(row, key, value),
+// log(level, message), nodeName() and endpoints().
 
 export const LEVELS = ['trace', 'debug', 'info', 'warn', 'error'];
 
@@ -39,6 +39,38 @@ export class CallError {
     if (this.kind === 'status' && this.response) {
       return `HTTP ${this.response.status}: ${excerpt(this.response.body)}`;
     }
+    return `${this.kind}: ${this.message}`;
+  }
+}
+
+/** A chat answer as the host reads it, for every provider alike.
+ * `finishReason` is `stop`, `length`, `content_filter`, `tool_calls` or `other`;
+ * `body` the provider's answer in the chat-completions shape. */
+export class ChatAnswer {
+  constructor({ text, finishReason, inputTokens, outputTokens, model, status = 200, attempts = 1, latencyMs = 0, body = '' }) {
+    Object.assign(this, { text, finishReason, inputTokens, outputTokens, model, status, attempts, latencyMs, body });
+  }
+}
+
+/**
+ * Why a chat request got no answer. `kind` is one of:
+ * - `call`: it failed as a `send` request would have (`callError` holds how);
+ * - `invalid-request`: it could not be written; nothing was sent;
+ * - `unreadable`: a successful answer that is not a chat answer (`response`).
+ */
+export class ChatError {
+  static KINDS = ['call', 'invalid-request', 'unreadable'];
+
+  constructor(kind, { message = '', callError = undefined, response = undefined } = {}) {
+    if (!ChatError.KINDS.includes(kind)) {
+      throw new TypeError(`ChatError kind \`${kind}\` is not one of ${ChatError.KINDS.join(', ')}`);
+    }
+    Object.assign(this, { kind, message, callError, response });
+  }
+
+  toString() {
+    if (this.callError) return String(this.callError);
+    if (this.response) return `not a chat answer (HTTP ${this.response.status}): ${excerpt(this.response.body)}`;
     return `${this.kind}: ${this.message}`;
   }
 }

@@ -7,13 +7,23 @@
 // with `weir guest build`. Unit-test the same class natively with MockHost
 // from weir-sdk/testing and `node --test`.
 
-export { Answer, Chat, anthropicReplyBody, answer, interpret, parseAnswer, replyBody, statusError } from './chat.js';
+export {
+  Answer,
+  Chat,
+  anthropicReplyBody,
+  answer,
+  interpret,
+  interpretCompleted,
+  parseAnswer,
+  replyBody,
+  statusError,
+} from './chat.js';
 export { exportTransform } from './component.js';
-export { CallError, LEVELS, Response, excerpt } from './host.js';
+export { CallError, ChatAnswer, ChatError, LEVELS, Response, excerpt } from './host.js';
 export { extractJson } from './json.js';
 export { ConfigureError, Options, REQUIRED } from './options.js';
 export { Row, RowError } from './row.js';
 export { GUEST_EXCEPTION, NodeCx, RowCx, Transform, describe } from './transform.js';
 
 /** The version of the `weir:transform` contract this SDK builds against. */
-export const CONTRACT_VERSION = '0.2.0';
+export const CONTRACT_VERSION = '0.3.0';

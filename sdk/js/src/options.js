@@ -1,16 +1,37 @@
 // A node's options, checked at configure. Every refusal is a ConfigureError
-// whose message starts with `options.NAME:` (or names the unknown option as
-// "unknown field `NAME`"), so weir points at that option's line in the
-// pipeline file.
+// that names the option by its path, so weir points at that option's line in
+// the pipeline file.
 
 import { kind } from './row.js';
 
-/** Refuses the node's options; the message is what weir shows. */
+/**
+ * Refuses the node's options. `path` is the option's path of keys
+ * (`['params', 'temperature']`; empty for the options as a whole) and
+ * `detail` what is wrong with it. Given no path, a message written as weir
+ * shows refusals (`options.NAME: ...`, or naming "unknown field `NAME`")
+ * gives it. `message` is the refusal as weir shows it:
+ * `options.params.temperature: must be at most 2`.
+ */
 export class ConfigureError extends Error {
-  constructor(message) {
-    super(message);
+  constructor(message, path = undefined) {
+    const [keys, detail] = path === undefined ? pathOf(String(message)) : [path.map(String), message];
+    super(shown(keys, detail));
     this.name = 'ConfigureError';
+    this.path = keys;
+    this.detail = detail;
   }
+}
+
+function pathOf(text) {
+  const named = /^options\.([A-Za-z0-9_.[\]-]+?)(?::\s*|\s+|$)([\s\S]*)$/.exec(text);
+  if (named) return [named[1].split(/[.[\]]/).filter((k) => k !== ''), named[2]];
+  const detail = text.startsWith('options:') ? text.slice('options:'.length).trim() : text;
+  const unknown = /unknown field `([^`]+)`/.exec(detail);
+  return [unknown ? [unknown[1]] : [], detail];
+}
+
+function shown(path, detail) {
+  return `options${path.map((k) => (/^\d+$/.test(k) ? `[${k}]` : `.${k}`)).join('')}: ${detail}`;
 }
 
 /** The fallback of an option that must be given. */

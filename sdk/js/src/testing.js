@@ -8,6 +8,7 @@
 //   assert.deepStrictEqual(results[0], [{ text: 'Where is my parcel?', topic: 'shipping' }]);
 
 import { anthropicReplyBody, replyBody } from './chat.js';
+import { overSend } from './complete.js';
 import { CallError, Response, checkLevel } from './host.js';
 import { RowError } from './row.js';
 import { configureNode, processRows } from './transform.js';
@@ -92,6 +93,12 @@ export class MockHost {
       this.requests.push({ ...request });
       return result;
     });
+  }
+
+  /** Writes and reads typed chat requests as weir's host does, over `send`:
+   * the scripted answers serve both. */
+  complete(requests) {
+    return overSend(this, requests);
   }
 
   attach(row, key, value) {

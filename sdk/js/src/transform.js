@@ -3,8 +3,8 @@
 // carries. The same glue serves the component (exportTransform) and the
 // mock host (weir-sdk/testing), so a unit test sees what weir would.
 
-import { Chat, interpret } from './chat.js';
-import { CallError, checkLevel } from './host.js';
+import { Chat, interpret, interpretCompleted } from './chat.js';
+import { CallError, ChatError, checkLevel } from './host.js';
 import { ConfigureError, Options } from './options.js';
 import { Row, RowError } from './row.js';
 
@@ -104,9 +104,19 @@ export class RowCx {
     return results[0] ?? new CallError('transport', 'the host returned no result');
   }
 
-  /** Sends a chat request; returns the Answer or throws its RowError. */
+  /** Sends a Chat in the typed shape (the host writes the provider's body);
+   * returns the ChatAnswer or the ChatError. */
+  complete(endpoint, chat) {
+    const results = this.host.complete([chat.request(endpoint, this.index)]);
+    const none = new CallError('transport', 'the host returned no result');
+    return results[0] ?? new ChatError('call', { message: String(none), callError: none });
+  }
+
+  /** Sends a chat request (a Chat, or a raw body sent as it is); returns the
+   * Answer or throws its RowError. */
   ask(endpoint, chat) {
-    return interpret(this.send(endpoint, chat instanceof Chat ? chat.body() : chat));
+    if (chat instanceof Chat) return interpretCompleted(this.complete(endpoint, chat));
+    return interpret(this.send(endpoint, chat));
   }
 
   /** Sends a chat request; returns the model's text or throws its RowError. */

@@ -22,8 +22,13 @@ test('inside a component, exceptions become row errors and configure errors, not
   assert.deepEqual(report.beforeConfigure, [
     { tag: 'failed', val: { code: 'not_configured', message: 'process was called before configure' } },
   ]);
-  // ComponentizeJS returns a thrown string as the `err` of configure's result.
-  assert.deepEqual(report.refusals, ['TypeError: exploded', 'options.bad: not allowed']);
+  // ComponentizeJS returns a thrown value as the `err` of configure's result:
+  // a config-error record naming the option by its path.
+  assert.deepEqual(report.refusals, [
+    { path: [], message: 'TypeError: exploded' },
+    { path: ['bad'], message: 'not allowed' },
+    { path: ['params', 'temperature'], message: 'must be at most 2' },
+  ]);
   assert.deepEqual(report.configured, { outputFields: ['answer'] });
   assert.deepEqual(report.outcomes, [
     { tag: 'failed', val: { code: 'guest_exception', message: 'Error: boom' } },
@@ -32,9 +37,14 @@ test('inside a component, exceptions become row errors and configure errors, not
     { tag: 'rows', val: ['{"q":"fine","answer":"hi"}'] },
     { tag: 'failed', val: { code: 'invalid_row', message: 'the row is not a JSON object but an array' } },
   ]);
+  // The chat requests went through `complete`, each under its own row.
   assert.deepEqual(
-    report.sent.map((r) => r.row),
-    [1, 2, 3],
+    report.sent.map((r) => [r.row, r.messages[0].content]),
+    [
+      [1, 'reset'],
+      [2, 'slow'],
+      [3, 'fine'],
+    ],
   );
   assert.equal(report.attached.length, 3);
   assert.deepEqual(report.logs[0], ['info', 'asked']);

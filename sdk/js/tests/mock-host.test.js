@@ -97,7 +97,8 @@ test('an exception in configure refuses the options with its message', () => {
     }
     assert.fail('configure accepted the options');
   };
-  assert.equal(refusal(new MockHost().grant('llm'), { failOn: 'configure' }), 'Error: boom at configure');
+  // Not about one option: the options as a whole.
+  assert.equal(refusal(new MockHost().grant('llm'), { failOn: 'configure' }), 'options: Error: boom at configure');
   assert.equal(refusal(new MockHost().grant('llm'), { failOn: 'string' }), 'options.failOn: refused as a string');
   assert.match(refusal(new MockHost().grant('a', 'b'), {}), /^options.endpoint:/);
   assert.match(refusal(new MockHost().grant('llm'), { colour: 'red' }), /unknown field `colour`/);
@@ -159,4 +160,16 @@ test('running out of memory is not turned into a row error', () => {
 test('the Anthropic shape is scripted too', () => {
   const host = new MockHost().grant('llm').replyAnthropic('llm', 'LOUD', { usage: { input_tokens: 5, output_tokens: 1 } });
   assert.deepEqual(run(Shout, host, {}, [{ text: 'x' }]), [[{ text: 'x', loud: 'LOUD' }]]);
+});
+
+test('complete writes the body weir would and reads the scripted answer', () => {
+  const host = new MockHost()
+    .grant('llm')
+    .replyChat('llm', 'hi', { finishReason: 'length', usage: { prompt_tokens: 3, completion_tokens: 1 }, model: 'm' });
+  const [answer] = host.complete([new Chat('m').temperature(0.2).param('seed', 1).user('q').request('llm', 0)]);
+  assert.deepEqual(host.requestBodies(), [{ seed: 1, model: 'm', messages: [{ role: 'user', content: 'q' }], temperature: 0.2 }]);
+  assert.deepEqual(
+    [answer.text, answer.finishReason, answer.inputTokens, answer.outputTokens, answer.model],
+    ['hi', 'length', 3, 1, 'm'],
+  );
 });

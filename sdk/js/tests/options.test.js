@@ -12,9 +12,17 @@ function refusal(call) {
   assert.fail('the options were accepted');
 }
 
+test('a refusal names its option by path, read from text written as weir shows it', () => {
+  const nested = new ConfigureError('options.params.temperature: must be at most 2');
+  assert.deepEqual([nested.path, nested.detail], [['params', 'temperature'], 'must be at most 2']);
+  assert.equal(new ConfigureError('must not be empty', ['labels', 2]).message, 'options.labels[2]: must not be empty');
+  const whole = new ConfigureError('options: expected a mapping');
+  assert.deepEqual([whole.path, whole.message], [[], 'options: expected a mapping']);
+});
+
 test('unknown options are refused by name', () => {
   const message = refusal(() => new Options({ labels: [], colour: 1 }).refuseUnknown('labels', 'field'));
-  assert.match(message, /^options: unknown field `colour`/);
+  assert.match(message, /^options.colour: unknown field `colour`/);
   new Options({ labels: [] }).refuseUnknown('labels', 'field');
 });
 

@@ -22,7 +22,7 @@ class Err(Exception):
         self.value = value
 
 
-def install_fake_bindings(monkeypatch, sent):
+def install_fake_bindings(monkeypatch, sent, completed):
     def module(name, **attrs):
         m = types.ModuleType(name)
         m.__dict__.update(attrs)
@@ -79,15 +79,80 @@ def install_fake_bindings(monkeypatch, sent):
         code: str
         message: str
 
+    @dataclass
+    class ConfigError:
+        path: list
+        message: str
+
+    @dataclass
+    class Message:
+        role: str
+        content: str
+
+    @dataclass
+    class ChatRequest:
+        endpoint: str
+        row: int
+        messages: list
+        model: object
+        max_tokens: object
+        temperature: object
+        response_format: object
+        extra: object
+
+    @dataclass
+    class Usage:
+        input_tokens: int
+        output_tokens: int
+
+    @dataclass
+    class ChatAnswer:
+        text: str
+        finish_reason: str
+        usage: object
+        model: object
+        status: int
+        attempts: int
+        latency_ms: int
+        body: str
+
+    @dataclass
+    class ChatError_Call:
+        value: object
+
+    @dataclass
+    class ChatError_InvalidRequest:
+        value: str
+
+    @dataclass
+    class ChatError_Unreadable:
+        value: Response
+
+    def complete(requests):
+        completed.extend(requests)
+        return [
+            Ok(ChatAnswer("hello", "length", Usage(4, 1), "m", 200, 1, 3, '{"usage":{"prompt_tokens":4}}')),
+            Err(ChatError_Call(CallError_Status(Response(429, "slow down", 3, 9)))),
+            Err(ChatError_InvalidRequest("extra is not a JSON object")),
+        ][: len(requests)]
+
     module("componentize_py_types", Err=Err, Ok=Ok)
     module("wit_world")
     module("wit_world.exports", Transform=type("Transform", (), {}))
-    module("wit_world.exports.transform", NodeInfo=NodeInfo, Outcome_Rows=Outcome_Rows, Outcome_Failed=Outcome_Failed)
+    module(
+        "wit_world.exports.transform", NodeInfo=NodeInfo, Outcome_Rows=Outcome_Rows,
+        Outcome_Failed=Outcome_Failed, ConfigError=ConfigError,
+    )
     imports = module("wit_world.imports")
     imports.executor = module(
         "wit_world.imports.executor", Request=Request, send=send, CallError_Status=CallError_Status,
         CallError_Denied=CallError_Denied, CallError_DeadlineExceeded=CallError_DeadlineExceeded,
         CallError_Transport=CallError_Transport,
+    )
+    imports.chat = module(
+        "wit_world.imports.chat", ChatRequest=ChatRequest, Message=Message, complete=complete,
+        ChatError_Call=ChatError_Call, ChatError_InvalidRequest=ChatError_InvalidRequest,
+        ChatError_Unreadable=ChatError_Unreadable,
     )
     imports.audit = module("wit_world.imports.audit", attach=lambda row, key, value: None)
     imports.log = module("wit_world.imports.log", Level=type("Level", (), {"DEBUG": 1, "INFO": 2}), log=lambda level, message: None)
@@ -116,22 +181,60 @@ class Ask(Transform):
 @pytest.fixture
 def component(monkeypatch):
     sent = []
-    module = install_fake_bindings(monkeypatch, sent)
+    module = install_fake_bindings(monkeypatch, sent, [])
     yield module, sent
     monkeypatch.undo()
     importlib.reload(module)
 
 
-def test_configure_returns_the_fields_or_raises_err_with_the_message(component):
+def test_configure_returns_the_fields_or_raises_err_with_a_config_error(component):
     module, _ = component
     export = module.export(Ask)
     assert export().configure("{}").output_fields == ["answer"]
     with pytest.raises(Err) as caught:
         export().configure('{"explode": true}')
-    assert caught.value.value == "KeyError: 'explode'"
+    assert (caught.value.value.path, caught.value.value.message) == ([], "KeyError: 'explode'")
     with pytest.raises(Err) as caught:
         export().configure('{"explode": 1}')
-    assert caught.value.value == "options.explode: expected true or false, got a number"
+    refusal = caught.value.value
+    assert (refusal.path, refusal.message) == (["explode"], "expected true or false, got a number")
+
+
+def test_a_refusal_names_a_nested_option_by_its_path(component):
+    module, _ = component
+
+    class Nested(Ask):
+        def __init__(self, options, node):
+            raise ConfigureError("must be at most 2", path=["params", "temperature"])
+
+    with pytest.raises(Err) as caught:
+        module.export(Nested)().configure("{}")
+    assert caught.value.value.path == ["params", "temperature"]
+    assert caught.value.value.message == "must be at most 2"
+
+
+def test_complete_goes_through_the_chat_import_and_its_answers_are_read(monkeypatch):
+    completed = []
+    module = install_fake_bindings(monkeypatch, [], completed)
+    try:
+        from weir_sdk import Chat
+        host = module.WitHost()
+        results = host.complete([
+            Chat("m").temperature(0).max_tokens(1).json_object().param("seed", 7).user("hi").request("llm", 2),
+            Chat().user("a").request("llm", 3),
+            Chat().user("b").request("llm", 4),
+        ])
+        first = completed[0]
+        assert (first.endpoint, first.row, first.model, first.max_tokens) == ("llm", 2, "m", 1)
+        assert first.temperature == 0.0 and isinstance(first.temperature, float)
+        assert first.messages[0].content == "hi"
+        assert (first.response_format, first.extra) == ('{"type":"json_object"}', '{"seed":7}')
+        assert (results[0].text, results[0].finish_reason, results[0].input_tokens) == ("hello", "length", 4)
+        assert results[1].kind == "call" and results[1].call_error.response.status == 429
+        assert results[2].kind == "invalid_request"
+    finally:
+        monkeypatch.undo()
+        importlib.reload(module)
 
 
 def test_process_turns_exceptions_and_call_errors_into_failed_outcomes(component):

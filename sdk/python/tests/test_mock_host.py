@@ -74,9 +74,10 @@ def test_an_exception_in_row_code_fails_that_row_only():
 def test_an_exception_in_configure_refuses_the_options_with_its_message():
     with pytest.raises(ConfigureError) as caught:
         configure(Shout, MockHost().grant("llm"), {"fail_on": "configure"})
-    assert caught.value.message == "ValueError: boom at configure"
+    assert (caught.value.path, caught.value.detail) == ([], "ValueError: boom at configure")
     with pytest.raises(ConfigureError) as caught:
         configure(Shout, MockHost().grant("a", "b"), {})
+    assert caught.value.path == ["endpoint"]
     assert caught.value.message.startswith("options.endpoint:")
     with pytest.raises(ConfigureError) as caught:
         configure(Shout, MockHost().grant("llm"), {"colour": "red"})
@@ -145,3 +146,10 @@ def test_running_out_of_memory_is_not_turned_into_a_row_error():
 def test_the_anthropic_shape_is_scripted_too():
     host = MockHost().grant("llm").reply_anthropic("llm", "LOUD", usage={"input_tokens": 5, "output_tokens": 1})
     assert run(Shout, host, {}, [{"text": "x"}]) == [[{"text": "x", "loud": "LOUD"}]]
+
+
+def test_complete_writes_the_body_weir_would_and_reads_the_scripted_answer():
+    host = MockHost().grant("llm").reply_chat("llm", "hi", finish_reason="length", usage={"prompt_tokens": 3, "completion_tokens": 1}, model="m")
+    [answer] = host.complete([Chat("m").temperature(0.2).param("seed", 1).user("q").request("llm", 0)])
+    assert host.request_bodies() == [{"seed": 1, "model": "m", "messages": [{"role": "user", "content": "q"}], "temperature": 0.2}]
+    assert (answer.text, answer.finish_reason, answer.input_tokens, answer.output_tokens, answer.model) == ("hi", "length", 3, 1, "m")

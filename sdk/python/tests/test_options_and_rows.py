@@ -11,7 +11,7 @@ def refusal(call):
 
 def test_unknown_options_are_refused_by_name():
     message = refusal(lambda: Options({"labels": [], "colour": 1}).refuse_unknown("labels", "field"))
-    assert message.startswith("options: unknown field `colour`"), message
+    assert message.startswith("options.colour: unknown field `colour`"), message
     Options({"labels": []}).refuse_unknown("labels", "field")
 
 
@@ -64,3 +64,12 @@ def test_fields_are_read_and_set_in_order():
     with pytest.raises(RowError) as caught:
         Row.parse("[1]")
     assert caught.value.code == "invalid_row"
+
+
+def test_a_refusal_written_as_weir_shows_it_keeps_its_option_path():
+    nested = ConfigureError("options.params.temperature: must be at most 2")
+    assert (nested.path, nested.detail) == (["params", "temperature"], "must be at most 2")
+    item = ConfigureError("must not be empty", path=["labels", 2])
+    assert item.message == "options.labels[2]: must not be empty"
+    whole = ConfigureError("options: expected a mapping of options, got a list")
+    assert (whole.path, whole.message) == ([], "options: expected a mapping of options, got a list")

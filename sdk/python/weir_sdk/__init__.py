@@ -8,21 +8,24 @@ row error. Subclass `Transform`, export it from `app.py` with
 `weir_sdk.testing.MockHost` and pytest.
 """
 
-from .chat import Answer, Chat, answer, interpret, parse_answer
+from .chat import Answer, Chat, answer, interpret, interpret_completed, parse_answer
 from .component import export
-from .host import CallError, Host, Request, Response
+from .host import CallError, ChatAnswer, ChatError, ChatRequest, Host, Request, Response
 from .json_answer import extract_json
 from .options import ConfigureError, Options
 from .row import Row, RowError
 from .transform import GUEST_EXCEPTION, NodeCx, RowCx, Transform
 
-CONTRACT_VERSION = "0.2.0"
+CONTRACT_VERSION = "0.3.0"
 """The version of the `weir:transform` contract this SDK builds against."""
 
 __all__ = [
     "Answer",
     "CallError",
     "Chat",
+    "ChatAnswer",
+    "ChatError",
+    "ChatRequest",
     "ConfigureError",
     "CONTRACT_VERSION",
     "GUEST_EXCEPTION",
@@ -39,5 +42,6 @@ __all__ = [
     "export",
     "extract_json",
     "interpret",
+    "interpret_completed",
     "parse_answer",
 ]

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .host import CallError, Response, excerpt
+from .host import CallError, ChatAnswer, ChatError, ChatRequest, Response, excerpt
 from .json_answer import extract_json
 from .row import RowError
 
@@ -91,6 +91,19 @@ class Chat:
         body.update(self._extra)
         return body
 
+    def request(self, endpoint, row=0):
+        """The typed request to `endpoint` for row `row`, for `host.complete`."""
+        return ChatRequest(
+            endpoint=endpoint,
+            row=row,
+            messages=[dict(m) for m in self._messages],
+            model=self._model,
+            max_tokens=self._max_tokens,
+            temperature=self._temperature,
+            response_format=self._response_format,
+            extra=dict(self._extra) or None,
+        )
+
     def body(self):
         """The request body as JSON text."""
         return json.dumps(self.body_value(), ensure_ascii=False, separators=(",", ":"))
@@ -134,6 +147,35 @@ def interpret(result):
     if not 200 <= result.status < 300:
         raise status_error(result)
     return parse_answer(result.body)
+
+
+def interpret_completed(result):
+    """The `Answer` in the result of a typed chat request (a `ChatAnswer` or a
+    `ChatError`), with the row error codes of `interpret`."""
+    if isinstance(result, ChatError):
+        if result.call_error is not None:
+            return interpret(result.call_error)
+        if result.kind == "invalid_request":
+            raise RowError("invalid_request", result.message)
+        body = result.response.body if result.response is not None else ""
+        raise RowError("invalid_response", f"the answer is not a chat answer: {excerpt(body)}")
+    _check_finish(result.finish_reason == "length", result.finish_reason == "content_filter", result.text)
+    try:
+        usage = json.loads(result.body).get("usage")
+    except (ValueError, AttributeError):
+        usage = None
+    total = None
+    if result.input_tokens is not None and result.output_tokens is not None:
+        total = result.input_tokens + result.output_tokens
+    return Answer(
+        content=result.text,
+        model=result.model,
+        finish_reason=result.finish_reason,
+        usage=usage if isinstance(usage, dict) else None,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        total_tokens=total,
+    )
 
 
 def answer(result):

@@ -8,7 +8,9 @@ The imports exist only inside a component build (componentize-py generates
 unit-tests with `weir_sdk.testing`.
 """
 
-from .host import CallError, Response
+import json
+
+from .host import CallError, ChatAnswer, ChatError, Response
 from .options import ConfigureError
 from .row import RowError
 from .transform import configure_node, process_rows
@@ -16,8 +18,13 @@ from .transform import configure_node, process_rows
 try:
     from componentize_py_types import Err
     from wit_world.exports import Transform as ExportBase
-    from wit_world.exports.transform import NodeInfo, Outcome_Failed, Outcome_Rows
-    from wit_world.imports import audit, context, executor, log
+    from wit_world.exports.transform import (
+        ConfigError,
+        NodeInfo,
+        Outcome_Failed,
+        Outcome_Rows,
+    )
+    from wit_world.imports import audit, chat, context, executor, log
     from wit_world.imports import types as wit_types
 
     IN_COMPONENT = True
@@ -34,6 +41,22 @@ class WitHost:
             executor.Request(endpoint=r.endpoint, body=r.body, row=r.row) for r in requests
         ]
         return [_result(r) for r in executor.send(wit_requests)]
+
+    def complete(self, requests):
+        wit_requests = [
+            chat.ChatRequest(
+                endpoint=r.endpoint,
+                row=r.row,
+                messages=[chat.Message(role=m["role"], content=m["content"]) for m in r.messages],
+                model=r.model,
+                max_tokens=r.max_tokens,
+                temperature=None if r.temperature is None else float(r.temperature),
+                response_format=_json_text(r.response_format),
+                extra=_json_text(r.extra),
+            )
+            for r in requests
+        ]
+        return [_chat_result(r) for r in chat.complete(wit_requests)]
 
     def attach(self, row, key, value):
         audit.attach(row, key, value)
@@ -65,6 +88,34 @@ def _result(result):
     return CallError(kind, str(error.value))
 
 
+def _json_text(value):
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _chat_result(result):
+    if not isinstance(result, Err):
+        a = result.value
+        usage = a.usage
+        return ChatAnswer(
+            text=a.text,
+            finish_reason=a.finish_reason,
+            input_tokens=None if usage is None else usage.input_tokens,
+            output_tokens=None if usage is None else usage.output_tokens,
+            model=a.model,
+            status=a.status,
+            attempts=a.attempts,
+            latency_ms=a.latency_ms,
+            body=a.body,
+        )
+    error = result.value
+    if isinstance(error, chat.ChatError_Call):
+        failed = _result(Err(error.value))
+        return ChatError("call", str(failed), call_error=failed)
+    if isinstance(error, chat.ChatError_Unreadable):
+        return ChatError("unreadable", response=_response(error.value))
+    return ChatError("invalid_request", str(error.value))
+
+
 def export(transform_class):
     """The class componentize-py exports as the `weir:transform` contract,
     running `transform_class` (a `weir_sdk.Transform`)."""
@@ -78,7 +129,7 @@ def export(transform_class):
             try:
                 node, fields = configure_node(transform_class, options, host)
             except ConfigureError as e:
-                raise Err(e.message) from None
+                raise Err(ConfigError(path=e.path, message=e.detail)) from None
             state["node"] = node
             return NodeInfo(output_fields=fields)
 

@@ -60,11 +60,80 @@ class CallError:
 Result = Union[Response, CallError]
 
 
+@dataclass
+class ChatRequest:
+    """A chat request in the typed shape: the host writes the provider's body
+    (chat completions, or Anthropic Messages for `anthropic` endpoints)."""
+
+    endpoint: str
+    messages: "list[dict]"
+    """`{"role": ..., "content": ...}` each."""
+    row: int = 0
+    model: Optional[str] = None
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    response_format: Optional[dict] = None
+    """The chat-completions `response_format` object."""
+    extra: Optional[dict] = None
+    """Further body parameters (`top_p`, `seed`, ...), under the typed fields."""
+
+
+@dataclass
+class ChatAnswer:
+    """A chat answer as the host reads it, for every provider alike."""
+
+    text: str
+    finish_reason: str
+    """`stop`, `length`, `content_filter`, `tool_calls` or `other`."""
+    input_tokens: Optional[int] = None
+    output_tokens: Optional[int] = None
+    model: Optional[str] = None
+    status: int = 200
+    attempts: int = 1
+    latency_ms: int = 0
+    body: str = ""
+    """The provider's answer, in the chat-completions shape."""
+
+
+@dataclass
+class ChatError:
+    """Why a chat request got no answer. `kind` is one of:
+    - `call`: it failed as a `send` request would have (`call_error` holds how);
+    - `invalid_request`: it could not be written; nothing was sent;
+    - `unreadable`: a successful answer that is not a chat answer (`response`).
+    """
+
+    kind: str
+    message: str = ""
+    call_error: Optional[CallError] = None
+    response: Optional[Response] = None
+
+    KINDS = ("call", "invalid_request", "unreadable")
+
+    def __post_init__(self):
+        if self.kind not in self.KINDS:
+            raise ValueError(f"ChatError kind `{self.kind}` is not one of {', '.join(self.KINDS)}")
+
+    def __str__(self):
+        if self.call_error is not None:
+            return str(self.call_error)
+        if self.response is not None:
+            return f"not a chat answer (HTTP {self.response.status}): {excerpt(self.response.body)}"
+        return f"{self.kind.replace('_', ' ')}: {self.message}"
+
+
+ChatResult = Union[ChatAnswer, ChatError]
+
+
 class Host(Protocol):
     """What a transform can ask of its host."""
 
     def send(self, requests: "list[Request]") -> "list[Result]":
         """Sends every request concurrently; one result per request, in order."""
+
+    def complete(self, requests: "list[ChatRequest]") -> "list[ChatResult]":
+        """Sends typed chat requests concurrently, as `send` does; one result
+        per request, in order."""
 
     def attach(self, row: int, key: str, value: str) -> None:
         """Attaches a named value to row `row`'s record in the audit trail."""

@@ -1,17 +1,47 @@
 """A node's options, checked at configure. Every refusal is a
-`ConfigureError` whose message starts with `options.NAME:` (or names the
-unknown option as "unknown field `NAME`"), so weir points at that option's
-line in the pipeline file."""
+`ConfigureError` that names the option by its path, so weir points at that
+option's line in the pipeline file."""
+
+import re
 
 from .row import kind
 
+_NAMED = re.compile(r"options\.([A-Za-z0-9_.\[\]-]+?)(?::\s*|\s+|$)(.*)", re.S)
+_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
+
 
 class ConfigureError(Exception):
-    """Refuses the node's options; the message is what weir shows."""
+    """Refuses the node's options.
 
-    def __init__(self, message):
-        super().__init__(message)
-        self.message = message
+    `path` is the option's path of keys (`["params", "temperature"]`; empty
+    for the options as a whole) and `detail` what is wrong with it. Given no
+    path, a message written as weir shows refusals (`options.NAME: ...`, or
+    naming "unknown field `NAME`") gives it. `message` is the refusal as weir
+    shows it: `options.params.temperature: must be at most 2`."""
+
+    def __init__(self, message, path=None):
+        if path is None:
+            path, message = _path_of(message)
+        self.path = [str(key) for key in path]
+        self.detail = message
+        self.message = _shown(self.path, message)
+        super().__init__(self.message)
+
+
+def _path_of(text):
+    named = _NAMED.fullmatch(text)
+    if named:
+        keys = [k for k in re.split(r"[.\[\]]", named.group(1)) if k]
+        return keys, named.group(2)
+    if text.startswith("options:"):
+        text = text[len("options:"):].strip()
+    unknown = _UNKNOWN.search(text)
+    return ([unknown.group(1)] if unknown else []), text
+
+
+def _shown(path, detail):
+    shown = "options" + "".join(f"[{k}]" if k.isdigit() else f".{k}" for k in path)
+    return f"{shown}: {detail}"
 
 
 REQUIRED = object()

@@ -12,6 +12,7 @@ import json
 from collections import deque
 
 from . import chat
+from .complete import over_send
 from .host import CallError, Response, check_level
 from .transform import configure_node, process_rows
 from .row import RowError
@@ -89,6 +90,11 @@ class MockHost:
             results.append(self._next_answer(request))
             self.requests.append(request)
         return results
+
+    def complete(self, requests):
+        """Writes and reads typed chat requests as weir's host does, over
+        `send`: the scripted answers serve both."""
+        return over_send(self, requests)
 
     def attach(self, row, key, value):
         self.attached.append((row, key, value))

@@ -7,7 +7,7 @@ import json
 import traceback
 
 from . import chat as chat_module
-from .host import CallError, Request, check_level
+from .host import CallError, ChatError, Request, check_level
 from .options import ConfigureError, Options
 from .row import Row, RowError
 
@@ -102,10 +102,20 @@ class RowCx:
             return CallError("transport", "the host returned no result")
         return results[0]
 
+    def complete(self, endpoint, chat):
+        """Sends a `Chat` in the typed shape (the host writes the provider's
+        body); returns the `ChatAnswer` or the `ChatError`."""
+        results = self.host.complete([chat.request(endpoint, self.index)])
+        if not results:
+            return ChatError("call", "the host returned no result", CallError("transport", "the host returned no result"))
+        return results[0]
+
     def ask(self, endpoint, chat):
-        """Sends a chat request; returns the `Answer` or raises its `RowError`."""
-        body = chat.body() if isinstance(chat, chat_module.Chat) else chat
-        return chat_module.interpret(self.send(endpoint, body))
+        """Sends a chat request (a `Chat`, or a raw body sent as it is);
+        returns the `Answer` or raises its `RowError`."""
+        if isinstance(chat, chat_module.Chat):
+            return chat_module.interpret_completed(self.complete(endpoint, chat))
+        return chat_module.interpret(self.send(endpoint, chat))
 
     def chat(self, endpoint, chat):
         """Sends a chat request; returns the model's text or raises its `RowError`."""

@@ -2,7 +2,7 @@
 //! row error with a stable code. weir's `openai` and `azure-openai` endpoints
 //! take these bodies; the host adds the URL and the key.
 
-use crate::host::{CallError, Response, excerpt};
+use crate::host::{CallError, ChatAnswer, ChatError, ChatRequest, Message, Response, excerpt};
 use crate::row::RowError;
 use serde_json::{Map, Value, json};
 
@@ -55,7 +55,30 @@ impl Chat {
         self
     }
 
-    /// The request body as JSON text.
+    /// The typed request to `endpoint` for row `row`, for [`crate::Host::complete`].
+    pub fn request(&self, endpoint: &str, row: u32) -> ChatRequest {
+        ChatRequest {
+            endpoint: endpoint.to_string(),
+            row,
+            messages: self
+                .messages
+                .iter()
+                .map(|(role, content)| Message {
+                    role: role.clone(),
+                    content: content.clone(),
+                })
+                .collect(),
+            model: self.model.clone(),
+            max_tokens: self.max_tokens,
+            temperature: self.temperature,
+            response_format: self
+                .json_object
+                .then(|| json!({"type": "json_object"}).to_string()),
+            extra: None,
+        }
+    }
+
+    /// The request body as JSON text, for [`crate::Host::send`].
     pub fn body(&self) -> String {
         let mut body = Map::new();
         if let Some(model) = &self.model {
@@ -100,6 +123,56 @@ pub fn answer(result: Result<Response, CallError>) -> Result<String, RowError> {
         return Err(truncated(&answer.content));
     }
     Ok(answer.content)
+}
+
+/// The model's whole text from the result of a typed chat request, with the
+/// row errors of [`answer`].
+pub fn completed(result: Result<ChatAnswer, ChatError>) -> Result<String, RowError> {
+    let answer = interpret_completed(result)?;
+    if answer.truncated {
+        return Err(truncated(&answer.content));
+    }
+    Ok(answer.content)
+}
+
+/// [`interpret`] for the result of a typed chat request: the same answers and
+/// row error codes, read from the host's typed answer.
+pub fn interpret_completed(result: Result<ChatAnswer, ChatError>) -> Result<Answer, RowError> {
+    let answer = match result {
+        Ok(answer) => answer,
+        Err(ChatError::Call(e)) => return interpret(Err(e)),
+        Err(ChatError::InvalidRequest(m)) => return Err(RowError::new("invalid_request", m)),
+        Err(ChatError::Unreadable(r)) => {
+            return Err(RowError::new(
+                "invalid_response",
+                format!("the answer is not a chat answer: {}", excerpt(&r.body)),
+            ));
+        }
+    };
+    let truncated = answer.finish_reason == "length";
+    if truncated && answer.text.trim().is_empty() {
+        return Err(self::truncated(&answer.text));
+    }
+    if answer.finish_reason == "content_filter" {
+        return Err(RowError::new(
+            "content_filtered",
+            "the provider's content filter withheld the answer",
+        ));
+    }
+    if answer.text.trim().is_empty() {
+        return Err(RowError::new(
+            "empty_response",
+            "the model answered with no text",
+        ));
+    }
+    // The provider's own usage object, with whatever counts it gave.
+    let body: Value = serde_json::from_str(&answer.body).unwrap_or(Value::Null);
+    Ok(Answer {
+        content: answer.text,
+        usage: body.get("usage").cloned().unwrap_or(Value::Null),
+        model: answer.model.map_or(Value::Null, Value::String),
+        truncated,
+    })
 }
 
 /// The row error for an answer cut at `max_tokens`, where a cut answer is
@@ -322,6 +395,32 @@ mod tests {
             f.message,
             "HTTP 500 after 4 attempts: <html>Bad gateway</html>"
         );
+    }
+
+    #[test]
+    fn a_typed_answer_gets_the_same_row_errors_as_a_raw_one() {
+        for body in [
+            r#"{"model":"m1","choices":[{"message":{"content":"positive"},"finish_reason":"stop"}],
+               "usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#,
+            r#"{"choices":[{"message":{"content":"posi"},"finish_reason":"length"}]}"#,
+            r#"{"choices":[{"message":{"content":""},"finish_reason":"length"}]}"#,
+            r#"{"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]}"#,
+            r#"{"choices":[{"message":{"content":"  "},"finish_reason":"stop"}]}"#,
+            "<html>oops</html>",
+        ] {
+            let raw = interpret(ok(200, body));
+            let typed = interpret_completed(crate::complete::read(Response {
+                status: 200,
+                body: body.into(),
+                attempts: 1,
+                latency_ms: 1,
+            }));
+            match (raw, typed) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{body}"),
+                (Err(a), Err(b)) => assert_eq!(a.code, b.code, "{body}"),
+                (a, b) => panic!("{body}: {a:?} against {b:?}"),
+            }
+        }
     }
 
     #[test]

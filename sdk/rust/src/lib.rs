@@ -7,14 +7,14 @@
 //!
 //! ```
 //! use serde_json::{Value, json};
-//! use weir_sdk::{NodeCx, Row, RowCx, RowError, Transform, chat::Chat};
+//! use weir_sdk::{ConfigError, NodeCx, Row, RowCx, RowError, Transform, chat::Chat};
 //!
 //! struct Shout {
 //!     endpoint: String,
 //! }
 //!
 //! impl Transform for Shout {
-//!     fn configure(options: Value, node: &NodeCx) -> Result<Self, String> {
+//!     fn configure(options: Value, node: &NodeCx) -> Result<Self, ConfigError> {
 //!         let endpoint = node.endpoint(options["endpoint"].as_str())?;
 //!         Ok(Shout { endpoint })
 //!     }
@@ -43,6 +43,8 @@
 //! scripted host that answers requests without a network.
 
 pub mod chat;
+mod complete;
+mod config_error;
 pub mod host;
 pub mod json;
 mod row;
@@ -55,12 +57,15 @@ mod transform;
 #[doc(hidden)]
 pub mod wasm;
 
-pub use host::{CallError, Host, Level, Request, Response};
+pub use config_error::ConfigError;
+pub use host::{
+    CallError, ChatAnswer, ChatError, ChatRequest, Host, Level, Message, Request, Response, Usage,
+};
 pub use row::{Row, RowError};
 pub use transform::{NodeCx, RawTransform, RowCx, Transform, options};
 
 /// The version of the `weir:transform` contract this SDK builds against.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// Exports a [`Transform`] (or a [`RawTransform`]) as the component's
 /// `weir:transform` implementation.
@@ -78,7 +83,7 @@ macro_rules! export_transform {
                     options: ::std::string::String,
                 ) -> ::std::result::Result<
                     $crate::wasm::bindings::exports::weir::transform::transform::NodeInfo,
-                    ::std::string::String,
+                    $crate::wasm::bindings::exports::weir::transform::transform::ConfigError,
                 > {
                     $crate::wasm::configure::<$ty>(options)
                 }

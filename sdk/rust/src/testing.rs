@@ -5,6 +5,7 @@
 //! The crate's front page shows it in use.
 
 use crate::chat;
+use crate::config_error::ConfigError;
 use crate::host::{CallError, Host, Level, Request, Response};
 use crate::row::{Row, RowError};
 use crate::transform::{NodeCx, Transform};
@@ -174,12 +175,12 @@ pub fn run<T: Transform>(
     host: &MockHost,
     options: Value,
     rows: Vec<Value>,
-) -> Result<Vec<Result<Vec<Row>, RowError>>, String> {
+) -> Result<Vec<Result<Vec<Row>, RowError>>, ConfigError> {
     let node = T::configure(options, &NodeCx::from_host(host))?;
     let rows = rows
         .into_iter()
         .map(Row::try_from)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ConfigError::whole(format!("a test row is not a JSON object: {e}")))?;
     Ok(node.process(rows, host))
 }

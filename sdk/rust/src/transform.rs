@@ -1,7 +1,8 @@
 //! The trait a transform implements, and what it is handed while it works.
 
 use crate::chat::{self, Chat};
-use crate::host::{CallError, Host, Level, Request, Response};
+use crate::config_error::ConfigError;
+use crate::host::{CallError, ChatAnswer, ChatError, Host, Level, Request, Response};
 use crate::row::{Row, RowError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -10,9 +11,9 @@ use serde_json::Value;
 /// [`Transform::configure`] and then processes many calls of rows.
 pub trait Transform: Sized + 'static {
     /// Builds the node from its `options` in the pipeline file (a JSON
-    /// object). An error names the option at fault, as `options.NAME: …`, so
-    /// weir can point at its line.
-    fn configure(options: Value, node: &NodeCx) -> Result<Self, String>;
+    /// object). An error names the option at fault by its path, so weir can
+    /// point at its line; text in the form `options.NAME: …` converts to one.
+    fn configure(options: Value, node: &NodeCx) -> Result<Self, ConfigError>;
 
     /// The fields this node adds to rows, in order (the CSV columns it adds).
     fn output_fields(&self) -> Vec<String>;
@@ -38,7 +39,7 @@ pub trait Transform: Sized + 'static {
 pub trait RawTransform: Sized + 'static {
     /// Builds the node from its options, the JSON text of the pipeline file's
     /// `options:`.
-    fn configure(options: &str, host: &dyn Host) -> Result<Self, String>;
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, ConfigError>;
 
     fn output_fields(&self) -> Vec<String>;
 
@@ -48,8 +49,9 @@ pub trait RawTransform: Sized + 'static {
 }
 
 impl<T: Transform> RawTransform for T {
-    fn configure(options: &str, host: &dyn Host) -> Result<Self, String> {
-        let options = serde_json::from_str(options).map_err(|e| format!("options: {e}"))?;
+    fn configure(options: &str, host: &dyn Host) -> Result<Self, ConfigError> {
+        let options = serde_json::from_str(options)
+            .map_err(|e| ConfigError::whole(format!("not valid JSON: {e}")))?;
         T::configure(options, &NodeCx::from_host(host))
     }
 
@@ -103,21 +105,27 @@ impl NodeCx {
     }
 
     /// The endpoint to use: `chosen` if given and granted, else the only
-    /// granted one. The error is phrased for `options.endpoint`.
-    pub fn endpoint(&self, chosen: Option<&str>) -> Result<String, String> {
+    /// granted one. The error is about `options.endpoint`.
+    pub fn endpoint(&self, chosen: Option<&str>) -> Result<String, ConfigError> {
         match (chosen, self.endpoints.as_slice()) {
             (Some(name), granted) if granted.iter().any(|g| g == name) => Ok(name.to_string()),
-            (Some(name), granted) => Err(format!(
-                "options.endpoint: `{name}` is not granted to node `{}` (granted: {})",
-                self.name,
-                list(granted)
+            (Some(name), granted) => Err(ConfigError::at(
+                &["endpoint"],
+                format!(
+                    "`{name}` is not granted to node `{}` (granted: {})",
+                    self.name,
+                    list(granted)
+                ),
             )),
             (None, [only]) => Ok(only.clone()),
-            (None, granted) => Err(format!(
-                "options.endpoint: node `{}` is granted {} endpoints ({}); name the one to use",
-                self.name,
-                granted.len(),
-                list(granted)
+            (None, granted) => Err(ConfigError::at(
+                &["endpoint"],
+                format!(
+                    "node `{}` is granted {} endpoints ({}); name the one to use",
+                    self.name,
+                    granted.len(),
+                    list(granted)
+                ),
             )),
         }
     }
@@ -159,9 +167,22 @@ impl<'a> RowCx<'a> {
             .unwrap_or_else(|| Err(CallError::Transport("the host returned no result".into())))
     }
 
+    /// Sends a chat request in the typed shape: the host writes the
+    /// provider's body and reads its answer.
+    pub fn complete(&self, endpoint: &str, chat: &Chat) -> Result<ChatAnswer, ChatError> {
+        self.host
+            .complete(vec![chat.request(endpoint, self.row)])
+            .pop()
+            .unwrap_or_else(|| {
+                Err(ChatError::Call(CallError::Transport(
+                    "the host returned no result".into(),
+                )))
+            })
+    }
+
     /// Sends a chat request and returns the model's text answer.
     pub fn chat(&self, endpoint: &str, chat: &Chat) -> Result<String, RowError> {
-        chat::answer(self.send(endpoint, chat.body()))
+        chat::completed(self.complete(endpoint, chat))
     }
 
     pub fn attach(&self, key: &str, value: &str) {
@@ -173,10 +194,10 @@ impl<'a> RowCx<'a> {
     }
 }
 
-/// Deserializes a node's options into `T`. Serde's messages name the field
-/// (e.g. "unknown field `x`"), which weir uses to point at its line.
-pub fn options<T: DeserializeOwned>(options: Value) -> Result<T, String> {
-    serde_json::from_value(options).map_err(|e| format!("options: {e}"))
+/// Deserializes a node's options into `T`. An unknown field is refused by
+/// its name, so weir points at its line.
+pub fn options<T: DeserializeOwned>(options: Value) -> Result<T, ConfigError> {
+    serde_json::from_value(options).map_err(|e| ConfigError::from(format!("options: {e}")))
 }
 
 #[cfg(test)]
@@ -195,11 +216,9 @@ mod tests {
         assert_eq!(node(&["llm"]).endpoint(None).unwrap(), "llm");
         assert_eq!(node(&["a", "b"]).endpoint(Some("b")).unwrap(), "b");
         let err = node(&["a", "b"]).endpoint(None).unwrap_err();
-        assert!(
-            err.starts_with("options.endpoint:") && err.contains("a, b"),
-            "{err}"
-        );
+        assert_eq!(err.path, ["endpoint"]);
+        assert!(err.message.contains("a, b"), "{err}");
         let err = node(&[]).endpoint(Some("x")).unwrap_err();
-        assert!(err.contains("granted: none"), "{err}");
+        assert!(err.message.contains("granted: none"), "{err}");
     }
 }

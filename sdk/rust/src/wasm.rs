@@ -2,14 +2,16 @@
 //! imports, and the exports that [`crate::export_transform!`] wires to a
 //! [`RawTransform`].
 
-use crate::host::{CallError, Host, Level, Request, Response};
+use crate::host::{
+    CallError, ChatAnswer, ChatError, ChatRequest, Host, Level, Request, Response, Usage,
+};
 use crate::transform::RawTransform;
 use std::any::Any;
 use std::cell::RefCell;
 
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/0.2.0",
+        path: "../../wit/0.3.0",
         world: "node",
         pub_export_macro: true,
         export_macro_name: "export_node",
@@ -17,16 +19,19 @@ pub mod bindings {
     });
 }
 
-use bindings::exports::weir::transform::transform::{NodeInfo, Outcome, RowError};
-use bindings::weir::transform::{audit, context, executor, log};
+use bindings::exports::weir::transform::transform::{ConfigError, NodeInfo, Outcome, RowError};
+use bindings::weir::transform::{audit, chat, context, executor, log};
 
 thread_local! {
     // A component instance is single-threaded and configured once before use.
     static NODE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
 }
 
-pub fn configure<T: RawTransform>(options: String) -> Result<NodeInfo, String> {
-    let node = T::configure(&options, &WitHost)?;
+pub fn configure<T: RawTransform>(options: String) -> Result<NodeInfo, ConfigError> {
+    let node = T::configure(&options, &WitHost).map_err(|e| ConfigError {
+        path: e.path,
+        message: e.message,
+    })?;
     let info = NodeInfo {
         output_fields: node.output_fields(),
     };
@@ -76,6 +81,33 @@ impl Host for WitHost {
             .collect()
     }
 
+    fn complete(&self, requests: Vec<ChatRequest>) -> Vec<Result<ChatAnswer, ChatError>> {
+        let requests: Vec<chat::ChatRequest> = requests
+            .into_iter()
+            .map(|r| chat::ChatRequest {
+                endpoint: r.endpoint,
+                row: r.row,
+                messages: r
+                    .messages
+                    .into_iter()
+                    .map(|m| chat::Message {
+                        role: m.role,
+                        content: m.content,
+                    })
+                    .collect(),
+                model: r.model,
+                max_tokens: r.max_tokens,
+                temperature: r.temperature,
+                response_format: r.response_format,
+                extra: r.extra,
+            })
+            .collect();
+        chat::complete(&requests)
+            .into_iter()
+            .map(|result| result.map(chat_answer).map_err(chat_error))
+            .collect()
+    }
+
     fn attach(&self, row: u32, key: &str, value: &str) {
         audit::attach(row, key, value);
     }
@@ -115,5 +147,29 @@ fn call_error(e: executor::CallError) -> CallError {
         executor::CallError::Status(r) => CallError::Status(response(r)),
         executor::CallError::DeadlineExceeded(m) => CallError::DeadlineExceeded(m),
         executor::CallError::Transport(m) => CallError::Transport(m),
+    }
+}
+
+fn chat_answer(a: chat::ChatAnswer) -> ChatAnswer {
+    ChatAnswer {
+        text: a.text,
+        finish_reason: a.finish_reason,
+        usage: a.usage.map(|u| Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+        }),
+        model: a.model,
+        status: a.status,
+        attempts: a.attempts,
+        latency_ms: a.latency_ms,
+        body: a.body,
+    }
+}
+
+fn chat_error(e: chat::ChatError) -> ChatError {
+    match e {
+        chat::ChatError::Call(e) => ChatError::Call(call_error(e)),
+        chat::ChatError::InvalidRequest(m) => ChatError::InvalidRequest(m),
+        chat::ChatError::Unreadable(r) => ChatError::Unreadable(response(r)),
     }
 }

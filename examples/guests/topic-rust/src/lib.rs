@@ -14,7 +14,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 use weir_sdk::chat::Chat;
-use weir_sdk::{NodeCx, Row, RowCx, RowError, Transform};
+use weir_sdk::{ConfigError, NodeCx, Row, RowCx, RowError, Transform};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,10 +43,10 @@ pub struct Topic {
 }
 
 impl Transform for Topic {
-    fn configure(options: Value, node: &NodeCx) -> Result<Self, String> {
+    fn configure(options: Value, node: &NodeCx) -> Result<Self, ConfigError> {
         let options: Options = weir_sdk::options(options)?;
         if options.labels.is_empty() {
-            return Err("options.labels: give at least one label".into());
+            return Err(ConfigError::at(&["labels"], "give at least one label"));
         }
         let endpoint = node.endpoint(options.endpoint.as_deref())?;
         let system_prompt = format!(
@@ -154,12 +154,13 @@ mod tests {
     fn bad_options_name_the_option() {
         let host = MockHost::new().grant("a").grant("b");
         let err = testing::run::<Topic>(&host, json!({"labels": []}), vec![]).err().unwrap();
-        assert!(err.starts_with("options.labels"), "{err}");
+        assert_eq!(err.path, ["labels"]);
         let err = testing::run::<Topic>(&host, options(), vec![]).err().unwrap();
-        assert!(err.starts_with("options.endpoint"), "{err}");
+        assert_eq!(err.path, ["endpoint"]);
         let err = testing::run::<Topic>(&host, json!({"labels": ["x"], "colour": 1}), vec![])
             .err()
             .unwrap();
-        assert!(err.contains("unknown field `colour`"), "{err}");
+        assert_eq!(err.path, ["colour"]);
+        assert!(err.message.contains("unknown field `colour`"), "{err}");
     }
 }

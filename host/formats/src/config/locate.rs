@@ -24,6 +24,16 @@ pub fn line_of(text: &str, path: &[&str]) -> Option<usize> {
     found
 }
 
+/// The line of the deepest key along `path` that the document has, going no
+/// shallower than its first `keep` keys: a key the file leaves out (an
+/// option a component requires, say) has no line of its own, so the mapping
+/// that would hold it stands in.
+pub fn nearest_line_of(text: &str, path: &[&str], keep: usize) -> Option<usize> {
+    (keep.min(path.len())..=path.len())
+        .rev()
+        .find_map(|n| line_of(text, &path[..n]))
+}
+
 /// Indentation of a line's first key, counting a list dash as indentation.
 fn key_indent(line: &str) -> usize {
     line.len() - line.trim_start_matches([' ', '-']).len()
@@ -127,6 +137,17 @@ sinks:
             Some(14)
         );
         assert_eq!(line_of(DOC, &["sinks", "0", "path"]), Some(16));
+    }
+
+    #[test]
+    fn a_missing_key_is_located_at_the_nearest_mapping_the_document_has() {
+        let options = ["transforms", "1", "options", "template"];
+        assert_eq!(nearest_line_of(DOC, &options, 3), Some(14));
+        let missing = ["transforms", "1", "options", "params", "temperature"];
+        assert_eq!(nearest_line_of(DOC, &missing, 3), Some(13));
+        let no_options = ["transforms", "0", "options", "labels"];
+        assert_eq!(nearest_line_of(DOC, &no_options, 3), None);
+        assert_eq!(nearest_line_of(DOC, &no_options, 2), Some(8));
     }
 
     #[test]

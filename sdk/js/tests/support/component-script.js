@@ -7,6 +7,19 @@ globalThis.fakeWeir = {
   attached: [],
   logs: [],
   sent: [],
+  complete(requests) {
+    this.sent.push(...requests);
+    return requests.map((r) => {
+      const asked = r.messages.at(-1).content;
+      if (asked === 'reset') return { tag: 'err', val: { tag: 'call', val: { tag: 'transport', val: 'connection reset' } } };
+      if (asked === 'slow') return { tag: 'err', val: { tag: 'call', val: { tag: 'deadline-exceeded', val: '429 for 300 s' } } };
+      const body = '{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}';
+      return {
+        tag: 'ok',
+        val: { text: 'hi', finishReason: 'stop', usage: undefined, model: undefined, status: 200, attempts: 1, latencyMs: 3, body },
+      };
+    });
+  },
   send(requests) {
     this.sent.push(...requests);
     return requests.map((r) =>
@@ -24,6 +37,7 @@ class Ask extends Transform {
     super(options, node);
     if (options.boolean('explode', false)) throw new TypeError('exploded');
     if (options.has('bad')) throw new ConfigureError('options.bad: not allowed');
+    if (options.has('params')) throw new ConfigureError('must be at most 2', ['params', 'temperature']);
     this.endpoint = node.endpoint();
   }
   outputFields() {
@@ -39,7 +53,7 @@ class Ask extends Transform {
 
 const transform = exportTransform(Ask);
 const report = { beforeConfigure: transform.process(['{}']) };
-for (const options of ['{"explode":true}', '{"bad":1}']) {
+for (const options of ['{"explode":true}', '{"bad":1}', '{"params":{"temperature":3}}']) {
   try {
     transform.configure(options);
   } catch (e) {
