@@ -172,6 +172,29 @@ async fn batches_split_at_batch_max_requests() {
 }
 
 #[tokio::test]
+async fn a_batch_of_thousands_is_taken_a_thousand_answers_at_a_time_each_to_its_row() {
+    let (server, ws) = batch_workspace(Script::default(), Provider::Anthropic, 2_500, "").await;
+    let out = run(&ws, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_rows_answered(&ws, 2_500);
+    assert_eq!(server.batches().len(), 1);
+    assert_eq!(
+        count(
+            &ws,
+            "SELECT succeeded FROM provider_batches WHERE state = 'ended'"
+        ),
+        2_500
+    );
+    assert_eq!(
+        count(
+            &ws,
+            "SELECT count(*) FROM batch_requests WHERE state = 'answered'"
+        ),
+        2_500
+    );
+}
+
+#[tokio::test]
 async fn a_rejected_line_fails_its_row_with_the_providers_answer() {
     let server = TestLlmServer::start(Script {
         reject_marker: Some("row 3,".into()),

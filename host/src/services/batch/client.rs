@@ -338,8 +338,13 @@ impl Client {
         })
     }
 
-    /// Every result line of an ended batch, and how many could not be read.
-    pub async fn results(&self, status: &Status) -> Result<(Vec<LineResult>, usize)> {
+    /// Hands `each` every result line of an ended batch as it downloads;
+    /// returns how many lines could not be read.
+    pub async fn results(
+        &self,
+        status: &Status,
+        mut each: impl FnMut(LineResult),
+    ) -> Result<usize> {
         let mut downloads = Vec::new();
         match self.wire {
             Wire::OpenAi | Wire::Azure => {
@@ -357,19 +362,18 @@ impl Client {
                 }
             }
         }
-        let mut results = Vec::new();
         let mut unreadable = 0;
         for (url, what) in downloads {
             self.read_lines(self.request(reqwest::Method::GET, &url), &what, |line| {
                 match lines::parse_line(self.wire, line) {
-                    Some(Some(result)) => results.push(result),
+                    Some(Some(result)) => each(result),
                     Some(None) => unreadable += 1,
                     None => {}
                 }
             })
             .await?;
         }
-        Ok((results, unreadable))
+        Ok(unreadable)
     }
 
     /// Hands each line of the answer to `each` as it arrives: a results

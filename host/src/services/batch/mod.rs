@@ -558,22 +558,73 @@ impl Inner {
         let status = self.poll_until_ended(&batch_id, job.job_id).await?;
         // Their ids only: the bodies stay in the database, whence the few
         // requests sent again are read.
-        let custom_ids = self.store.custom_ids_of(job.job_id)?;
-        let (results, unreadable) = self.retry(|| self.client.results(&status)).await?;
+        let taking = Mutex::new(Taking {
+            unanswered: self.store.custom_ids_of(job.job_id)?.into_iter().collect(),
+            succeeded: 0,
+            failed: 0,
+        });
+        let unreadable = self
+            .retry(|| self.take_results(job.job_id, &status, &taking))
+            .await?;
         if unreadable > 0 {
             tracing::warn!(
                 endpoint = %self.endpoint,
                 "batch {batch_id}: {unreadable} result lines could not be read; their requests go into another batch"
             );
         }
-        let results = self.complete(&custom_ids, results, &status);
-        drop(custom_ids);
-        self.store.ended(job.job_id, &status.status, &results)?;
         *self
             .counts
             .last_end
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        let mut taking = taking.into_inner().unwrap_or_else(|e| e.into_inner());
+        let left_out = left_out(std::mem::take(&mut taking.unanswered), &status);
+        self.take(job.job_id, left_out, &mut taking)?;
+        self.store
+            .ended(job.job_id, &status.status, taking.succeeded, taking.failed)
+    }
+
+    /// Records and hands out the batch's results as they download, some at
+    /// a time: the answers of 50,000 requests are never held at once. A
+    /// download tried again skips the lines already taken.
+    async fn take_results(
+        &self,
+        job_id: i64,
+        status: &Status,
+        taking: &Mutex<Taking>,
+    ) -> Result<usize> {
+        let mut chunk = Vec::new();
+        let mut failure = None;
+        let unreadable = self
+            .client
+            .results(status, |line| {
+                let mut taking = taking.lock().unwrap_or_else(|e| e.into_inner());
+                if failure.is_some() || !taking.unanswered.contains(&line.custom_id) {
+                    return;
+                }
+                chunk.push(line);
+                if chunk.len() >= RESULTS_AT_ONCE
+                    && let Err(e) = self.take(job_id, std::mem::take(&mut chunk), &mut taking)
+                {
+                    failure = Some(e);
+                }
+            })
+            .await?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let mut taking = taking.lock().unwrap_or_else(|e| e.into_inner());
+        self.take(job_id, chunk, &mut taking)?;
+        Ok(unreadable)
+    }
+
+    fn take(&self, job_id: i64, results: Vec<LineResult>, taking: &mut Taking) -> Result<()> {
+        let (succeeded, failed) = self.store.record_results(job_id, &results)?;
+        taking.succeeded += succeeded;
+        taking.failed += failed;
+        for result in &results {
+            taking.unanswered.remove(&result.custom_id);
+        }
         self.hand_out(results)
     }
 
@@ -609,48 +660,20 @@ impl Inner {
         }
     }
 
-    /// Every request of the batch gets a result: one the provider left out
-    /// goes into another batch, and so does one that failed as a whole
-    /// batch for a reason its lines do not share.
-    fn complete(
-        &self,
-        custom_ids: &[String],
-        mut results: Vec<LineResult>,
-        status: &Status,
-    ) -> Vec<LineResult> {
-        let known: std::collections::HashSet<&str> =
-            custom_ids.iter().map(String::as_str).collect();
-        results.retain(|r| known.contains(r.custom_id.as_str()));
-        let answered: std::collections::HashSet<String> =
-            results.iter().map(|r| r.custom_id.clone()).collect();
-        for custom_id in custom_ids {
-            if answered.contains(custom_id) {
-                continue;
-            }
-            let outcome = match &status.errors {
-                // The provider refused the batch itself (validation).
-                Some(errors) if status.status == "failed" => LineOutcome::Failed {
-                    status: 400,
-                    body: serde_json::json!({"error": {"message": errors}}).to_string(),
-                },
-                _ => LineOutcome::Retry {
-                    reason: format!("the batch ended {} without it", status.status),
-                },
-            };
-            results.push(LineResult {
-                custom_id: custom_id.clone(),
-                outcome,
-            });
-        }
-        results
-    }
-
     /// Makes the results known to the rows waiting on them, and queues the
     /// requests to try again.
     fn hand_out(&self, results: Vec<LineResult>) -> Result<()> {
         let mut again = Vec::new();
         let mut queue = self.queue();
         for result in results {
+            // A resumed run follows a batch whose results it had begun to
+            // take: what a row may already have used stays as it was.
+            if matches!(
+                queue.entries.get(&result.custom_id),
+                Some(Entry::Answered { .. } | Entry::Failed)
+            ) {
+                continue;
+            }
             let entry = match result.outcome {
                 LineOutcome::Answer { .. } => {
                     self.counts.answered.fetch_add(1, Ordering::Relaxed);
@@ -776,6 +799,41 @@ pub fn custom_id(
         "w{run_id}-r{row_index}-n{node_id}-q{request_index}-{}",
         &request_sha256[..request_sha256.len().min(12)]
     )
+}
+
+/// Results handed out at once while a batch's results download.
+const RESULTS_AT_ONCE: usize = 1000;
+
+/// A batch's results as they are taken.
+struct Taking {
+    /// The batch's requests with no result yet.
+    unanswered: std::collections::HashSet<String>,
+    succeeded: u64,
+    failed: u64,
+}
+
+/// Every request of the batch gets a result: one the provider left out goes
+/// into another batch, and so does one that failed as a whole batch for a
+/// reason its lines do not share.
+fn left_out(custom_ids: std::collections::HashSet<String>, status: &Status) -> Vec<LineResult> {
+    let mut custom_ids: Vec<String> = custom_ids.into_iter().collect();
+    custom_ids.sort_unstable();
+    custom_ids
+        .into_iter()
+        .map(|custom_id| LineResult {
+            custom_id,
+            outcome: match &status.errors {
+                // The provider refused the batch itself (validation).
+                Some(errors) if status.status == "failed" => LineOutcome::Failed {
+                    status: 400,
+                    body: serde_json::json!({"error": {"message": errors}}).to_string(),
+                },
+                _ => LineOutcome::Retry {
+                    reason: format!("the batch ended {} without it", status.status),
+                },
+            },
+        })
+        .collect()
 }
 
 /// A row's component sent requests that wait on provider batches: it stops

@@ -186,12 +186,15 @@ impl Store {
 
     /// Keeps every line's result and ends the batch, in one transaction: a
     /// run killed before it commits downloads the results again.
-    pub fn ended(&self, job_id: i64, status: &str, results: &[LineResult]) -> Result<()> {
+    /// Records what came back for some of a batch's requests; returns how
+    /// many succeeded and how many failed. Recording a line again writes
+    /// the same.
+    pub fn record_results(&self, job_id: i64, results: &[LineResult]) -> Result<(u64, u64)> {
         let mut conn = self.conn();
         // Immediate: a read that turns into a write would fail at once, without
         // waiting, while the audit writer holds the database.
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let (mut succeeded, mut failed) = (0i64, 0i64);
+        let (mut succeeded, mut failed) = (0u64, 0u64);
         {
             let mut update = tx.prepare_cached(
                 "UPDATE batch_requests
@@ -228,7 +231,13 @@ impl Store {
                 ])?;
             }
         }
-        tx.execute(
+        tx.commit()?;
+        Ok((succeeded, failed))
+    }
+
+    /// The batch is over, every request of it recorded (`record_results`).
+    pub fn ended(&self, job_id: i64, status: &str, succeeded: u64, failed: u64) -> Result<()> {
+        self.conn().execute(
             "UPDATE provider_batches
              SET state = 'ended', status = ?3, succeeded = ?4, failed = ?5, ended_at_ms = ?6
              WHERE run_id = ?1 AND job_id = ?2",
@@ -236,12 +245,11 @@ impl Store {
                 self.run_id,
                 job_id,
                 status,
-                succeeded,
-                failed,
+                succeeded as i64,
+                failed as i64,
                 crate::services::audit::now_ms()
             ],
         )?;
-        tx.commit()?;
         Ok(())
     }
 
