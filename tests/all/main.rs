@@ -13,6 +13,7 @@ mod guests;
 mod llm_output;
 mod llm_requests;
 mod money;
+mod object_storage;
 mod pipeline;
 mod resume;
 mod rows;
