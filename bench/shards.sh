@@ -11,11 +11,12 @@ capacity=${3:-32}
 latency=${4:-100}
 cargo build --release -q -p weir
 cargo build --release -q -p weir-test-llm-server
-weir=$PWD/target/release/weir
+target=${CARGO_TARGET_DIR:-$PWD/target}
+weir=$target/release/weir
 work=$(mktemp -d)
 trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
 port=18300
-./target/release/weir-test-llm-server --port "$port" --latency-ms "$latency" --capacity "$capacity" &
+"$target/release/weir-test-llm-server" --port "$port" --latency-ms "$latency" --capacity "$capacity" &
 server=$!
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 python3 - "$work" "$rows" "$port" <<'PY'
