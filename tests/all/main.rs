@@ -15,6 +15,7 @@ mod llm_requests;
 mod money;
 mod object_storage;
 mod pipeline;
+mod ray;
 mod resume;
 mod rows;
 mod sandbox;
