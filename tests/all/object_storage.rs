@@ -161,6 +161,14 @@ async fn two_shards_read_and_write_s3_and_merge_there_into_what_one_local_run_wr
     let p = s3_pipeline(&ws, "in/rows.csv");
     let p = p.to_str().unwrap();
 
+    let checked = weir_s3(&moto, &llm, &ws.path("checker"), &["validate", p]).await;
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(checked.status.code(), Some(0), "{}", stderr(&checked));
+    assert!(
+        said.contains(&format!("source  s3://{BUCKET}/in/rows.csv")),
+        "{said}"
+    );
+
     // Each shard as on a machine of its own.
     let shard = |i: u32| {
         let staging = ws.path(&format!("machine-{i}"));

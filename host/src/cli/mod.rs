@@ -457,17 +457,20 @@ async fn execute(command: Command) -> Result<ExitCode> {
         }
         Command::Validate { pipeline: path } => {
             let (pipeline, unset) = config::load_without_secrets(&path)?;
+            // The source's header is checked, so an object is fetched.
+            storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             let nodes = engine::validate(&pipeline).await?;
             println!("{}: ok", path.display());
             for name in unset {
                 println!("  note    {name} is not set; `weir run` will need it");
             }
-            println!("  source  {}", pipeline.source.path.display());
+            let shown = |path| pipeline.staging.shown(path);
+            println!("  source  {}", shown(&pipeline.source.path));
             for (name, fields) in nodes {
                 println!("  node    {name} adds {}", fields.join(", "));
             }
             for sink in &pipeline.sinks {
-                println!("  sink    {}", sink.path.display());
+                println!("  sink    {}", shown(&sink.path));
             }
             Ok(ExitCode::SUCCESS)
         }
