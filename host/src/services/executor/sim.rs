@@ -343,8 +343,7 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Durati
             eprintln!("shard {shard}: {:?}", limiter.snapshot().samples);
         }
     }
-    let finished = finished.borrow().clone();
-    finished
+    finished.borrow().clone()
 }
 
 #[tokio::test(start_paused = true)]
