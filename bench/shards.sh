@@ -11,11 +11,12 @@ capacity=${3:-32}
 latency=${4:-100}
 cargo build --release -q -p weir
 cargo build --release -q -p weir-test-llm-server
-weir=$PWD/target/release/weir
+target=${CARGO_TARGET_DIR:-$PWD/target}
+weir=$target/release/weir
 work=$(mktemp -d)
 trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
 port=18300
-./target/release/weir-test-llm-server --port "$port" --latency-ms "$latency" --capacity "$capacity" &
+"$target/release/weir-test-llm-server" --port "$port" --latency-ms "$latency" --capacity "$capacity" &
 server=$!
 for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 python3 - "$work" "$rows" "$port" <<'PY'
@@ -46,12 +47,12 @@ sinks:
 PY
 export OPENAI_API_KEY=test
 start=$(date +%s.%N)
-"$weir" run "$work/single.yaml" --no-progress 2>/dev/null
+"$weir" run "$work/single.yaml" --no-progress 2>"$work/single.log"
 single=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
 start=$(date +%s.%N)
 pids=()
 for ((i = 0; i < shards; i++)); do
-  "$weir" run "$work/sharded.yaml" --shard "$i/$shards" --no-progress 2>/dev/null &
+  "$weir" run "$work/sharded.yaml" --shard "$i/$shards" --no-progress 2>"$work/shard-$i.log" &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
@@ -67,3 +68,11 @@ print(f"  one run      {single:6.1f} s  {rows / single:7.1f} rows/s  goodput {id
 print(f"  {shards} shards     {sharded:6.1f} s  {rows / sharded:7.1f} rows/s  goodput {ideal / sharded:5.1%}  (merge included; outputs identical)")
 print(f"  shards / one run: {single / sharded:.2f}x throughput")
 PY
+# Each run's own account: requests sent and 429s met, its adaptive limit's
+# peak, and its wall time from its own start (the spread is the shards' tail).
+for log in "$work"/single.log "$work"/shard-*.log; do
+  printf '  %-12s' "$(basename "$log" .log)"
+  grep -E '^(run|shard) .* in [0-9.]+ s|endpoint llm:|concurrency limit' "$log" \
+    | sed -E 's/^ +//; s/\(([0-9.]+) rows\/s\)//' | tr '\n' ' ' | cut -c1-230
+  echo
+done

@@ -1,10 +1,12 @@
 //! The `weir` command line.
 
+mod objects;
 mod signals;
 mod story;
 
 use crate::services::audit::History;
 use crate::services::stop::RunStop;
+use crate::services::storage;
 use crate::{config, engine};
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -31,7 +33,9 @@ enum Command {
     Run {
         /// The pipeline file (YAML).
         pipeline: PathBuf,
-        /// Write the audit database here instead of the path the pipeline gives.
+        /// Write the audit database here instead of the path the pipeline
+        /// gives; an `s3://`, `gs://` or `az://` URL is written locally while
+        /// the run goes on and uploaded when it ends.
         #[arg(long)]
         audit: Option<PathBuf>,
         /// Carry on an unfinished (killed or stopped) run of this pipeline
@@ -244,12 +248,25 @@ struct Database {
 impl Database {
     fn path(&self) -> Result<PathBuf> {
         if let Some(path) = &self.audit {
-            return Ok(path.clone());
+            return objects::placed(&self.staging(), path);
         }
         if let Some(pipeline) = &self.pipeline {
             return Ok(config::audit_path_of(pipeline)?);
         }
         Ok(PathBuf::from(config::AUDIT_FILE_NAME))
+    }
+
+    fn staging(&self) -> config::Staging {
+        let dir = self.pipeline.as_deref().and_then(|p| p.parent());
+        config::Staging::for_dir(dir.unwrap_or(std::path::Path::new("")))
+    }
+
+    /// The audit database, downloaded first when it is an object this
+    /// machine has no copy of.
+    async fn fetched(&self) -> Result<PathBuf> {
+        let path = self.path()?;
+        objects::fetch_audit(&self.staging(), &path, false).await?;
+        Ok(path)
     }
 }
 
@@ -338,10 +355,12 @@ async fn execute(command: Command) -> Result<ExitCode> {
             shard,
         } => {
             let mut pipeline = config::load(&pipeline)?;
+            storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             if let Some(shard) = shard {
                 pipeline = pipeline.into_shard(shard)?;
             }
             if let Some(path) = audit {
+                let path = objects::placed(&pipeline.staging, &path)?;
                 pipeline.set_audit_path(path)?;
             }
             let mut resume = resume.map(|choice| engine::Resume {
@@ -366,12 +385,13 @@ async fn execute(command: Command) -> Result<ExitCode> {
             no_progress,
             stopping,
         } => {
-            let audit_path = database.path()?;
+            let audit_path = database.fetched().await?;
             let pipeline_path = match database.pipeline {
                 Some(path) => path,
                 None => PathBuf::from(History::open(&audit_path)?.run(run_id)?.pipeline_path),
             };
             let mut pipeline = config::load(&pipeline_path)?;
+            storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             pipeline.set_audit_path(audit_path)?;
             let resume = engine::Resume {
                 run_id: Some(run_id),
@@ -413,7 +433,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
             database,
         } => {
             let text = crate::fixtures::record(&crate::fixtures::RecordRequest {
-                audit: database.path()?,
+                audit: database.fetched().await?,
                 run,
                 node,
                 limit,
@@ -437,22 +457,25 @@ async fn execute(command: Command) -> Result<ExitCode> {
         }
         Command::Validate { pipeline: path } => {
             let (pipeline, unset) = config::load_without_secrets(&path)?;
+            // The source's header is checked, so an object is fetched.
+            storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             let nodes = engine::validate(&pipeline).await?;
             println!("{}: ok", path.display());
             for name in unset {
                 println!("  note    {name} is not set; `weir run` will need it");
             }
-            println!("  source  {}", pipeline.source.path.display());
+            let shown = |path| pipeline.staging.shown(path);
+            println!("  source  {}", shown(&pipeline.source.path));
             for (name, fields) in nodes {
                 println!("  node    {name} adds {}", fields.join(", "));
             }
             for sink in &pipeline.sinks {
-                println!("  sink    {}", sink.path.display());
+                println!("  sink    {}", shown(&sink.path));
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Runs { database } => {
-            let history = History::open(&database.path()?)?;
+            let history = History::open(&database.fetched().await?)?;
             print!("{}", story::runs(&history.runs()?));
             Ok(ExitCode::SUCCESS)
         }
@@ -462,27 +485,33 @@ async fn execute(command: Command) -> Result<ExitCode> {
             full,
             database,
         } => {
-            let history = History::open(&database.path()?)?;
+            let history = History::open(&database.fetched().await?)?;
             print!("{}", story::row(&history.row(run, row)?, full));
             Ok(ExitCode::SUCCESS)
         }
         Command::Cache { command } => cache(command),
         Command::Merge { pipeline, shards } => {
             let (pipeline, _) = config::load_without_secrets(&pipeline)?;
+            objects::fetch_parts(&pipeline, shards).await?;
             let merged = engine::merge(&pipeline, shards)?;
+            let staging = &pipeline.staging;
             println!(
                 "merged {shards} shards: {} rows, run {} in {}",
                 merged.rows,
                 merged.run_id,
-                merged.audit.display()
+                staging.shown(&merged.audit)
             );
-            for sink in merged.sinks {
-                println!("  output   {}", sink.display());
+            for sink in &merged.sinks {
+                println!("  output   {}", staging.shown(sink));
             }
+            for path in &merged.sinks {
+                storage::publish(staging, path).await?;
+            }
+            objects::publish_audit(staging, &merged.audit).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Cancel { run, database } => {
-            let audit_path = database.path()?;
+            let audit_path = database.fetched().await?;
             let history = History::open(&audit_path)?;
             let pipeline_path = match database.pipeline {
                 Some(path) => path,
@@ -502,12 +531,14 @@ async fn execute(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Purge { run, database } => {
-            let path = database.path()?;
+            let path = database.fetched().await?;
             let deleted = History::purge(&path, run)?;
+            let staging = database.staging();
             println!(
                 "run {run}: {deleted} payloads deleted from {}; hashes kept",
-                path.display()
+                staging.shown(&path)
             );
+            objects::publish_audit(&staging, &path).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -543,8 +574,20 @@ async fn run(
         stop,
         budget_usd: stopping.budget_usd,
     };
-    let report = engine::run(pipeline, options).await?;
+    let outputs = objects::Outputs::of(&pipeline, audit);
+    let report = match engine::run(pipeline, options).await {
+        Ok(report) => report,
+        Err(error) => {
+            // The audit database tells why the run failed; the run's own
+            // error is the one to report.
+            if let Err(upload) = outputs.publish(false).await {
+                eprintln!("weir: {upload:#}");
+            }
+            return Err(error.into());
+        }
+    };
     eprint!("{}", report.summary());
+    outputs.publish(report.stopped.is_none()).await?;
     Ok(match &report.stopped {
         Some(reason) => ExitCode::from(reason.exit_code()),
         None if report.rejected_in_run() > 0 => ExitCode::from(ROWS_FAILED),

@@ -70,7 +70,7 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
         if !db.exists() {
             return Err(MergeError::Invalid(format!(
                 "shard {shard} has not run: there is no {}; run it with `weir run {} --shard {shard}`",
-                db.display(),
+                pipeline.staging.shown(&db),
                 pipeline.file.path.display()
             )));
         }
@@ -81,7 +81,10 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
             .rev()
             .find(|r| r.shard.as_deref() == Some(shard.as_str()))
             .ok_or_else(|| {
-                MergeError::Invalid(format!("{} holds no run of shard {shard}", db.display()))
+                MergeError::Invalid(format!(
+                    "{} holds no run of shard {shard}",
+                    pipeline.staging.shown(&db)
+                ))
             })?;
         let finished = [RunStatus::Completed, RunStatus::CompletedWithFailures];
         if !finished.iter().any(|s| s.as_str() == run.state()) {
@@ -89,7 +92,7 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
                 "shard {shard} is not finished (run {} in {} is {}); finish it with `weir run {} \
                  --shard {shard} --resume`",
                 run.run_id,
-                db.display(),
+                pipeline.staging.shown(&db),
                 run.state(),
                 pipeline.file.path.display()
             )));
@@ -99,7 +102,7 @@ fn check_parts(pipeline: &Pipeline, shards: u32) -> Result<Vec<(PathBuf, i64)>> 
             if !piece.exists() {
                 return Err(MergeError::Invalid(format!(
                     "shard {shard} finished but its part {} is missing",
-                    piece.display()
+                    pipeline.staging.shown(&piece)
                 )));
             }
         }

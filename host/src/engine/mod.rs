@@ -270,6 +270,13 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         rows_skipped: check.as_ref().map_or(0, |c| c.done.len() as u64),
         sinks: pipeline.sinks.iter().map(|s| s.path.clone()).collect(),
         audit_path: audit.as_ref().map(|_| pipeline.audit_path.clone()),
+        objects: pipeline
+            .sinks
+            .iter()
+            .map(|s| &s.path)
+            .chain([&pipeline.audit_path])
+            .filter_map(|p| Some((p.clone(), pipeline.staging.url_of(p)?)))
+            .collect(),
         resume_command: resume_command(&pipeline),
         ..RunReport::default()
     };

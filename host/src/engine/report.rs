@@ -40,6 +40,9 @@ pub struct RunReport {
     pub wall: Duration,
     pub sinks: Vec<PathBuf>,
     pub audit_path: Option<PathBuf>,
+    /// The URLs of sinks and the audit database that are objects, by their
+    /// local stand-ins: uploaded once the summary is told.
+    pub objects: BTreeMap<PathBuf, String>,
     /// Why the run stopped before its source was done, if it did.
     pub stopped: Option<StopReason>,
     /// How to carry the run on: `weir run PIPELINE --resume`.
@@ -335,6 +338,9 @@ impl RunReport {
                 (Some(_), None) => {}
                 (None, _) => {
                     let _ = writeln!(s, "  output   {}", sink.display());
+                    if let Some(url) = self.objects.get(sink) {
+                        let _ = writeln!(s, "           uploaded to {url}");
+                    }
                 }
             }
         }
@@ -366,6 +372,9 @@ impl RunReport {
                 path.display(),
                 path.display()
             );
+            if let Some(url) = self.objects.get(path) {
+                let _ = writeln!(s, "           uploaded to {url}");
+            }
         }
         s
     }

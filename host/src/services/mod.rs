@@ -7,3 +7,4 @@ pub mod cache;
 pub mod cost;
 pub mod executor;
 pub mod stop;
+pub mod storage;

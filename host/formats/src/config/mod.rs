@@ -8,11 +8,13 @@ pub mod model;
 mod money;
 mod paths;
 mod shard;
+pub mod staging;
 
 pub use error::ConfigError;
 pub use interpolate::InterpolationError;
 pub use money::CACHE_FILE_NAME;
 pub use shard::{Shard, part_path};
+pub use staging::Staging;
 
 pub use model::{
     BatchFallback, BatchMode, CacheSpec, EndpointKind, EndpointMode, EndpointSpec, Format,
@@ -49,6 +51,19 @@ impl PipelineFile {
 
     pub fn dir(&self) -> &Path {
         self.path.parent().unwrap_or(Path::new("."))
+    }
+
+    /// Where the stand-ins of this pipeline's objects live.
+    pub fn staging(&self) -> Staging {
+        Staging::for_dir(self.dir())
+    }
+
+    /// The file a path the pipeline names at `key` is read or written as:
+    /// against the pipeline's folder, or an object's local stand-in.
+    pub fn place(&self, key: &[&str], text: &str) -> Result<PathBuf> {
+        self.staging()
+            .place(self.dir(), text)
+            .map_err(|message| self.error_at(key, message))
     }
 }
 
@@ -252,6 +267,8 @@ pub struct Pipeline {
     pub budget_usd: Option<f64>,
     /// Set when this process runs one shard of the pipeline.
     pub shard: Option<Shard>,
+    /// Where the local stand-ins of the objects it names live.
+    pub staging: Staging,
 }
 
 impl Pipeline {
@@ -380,13 +397,18 @@ pub fn transform_as_written(path: &Path, name: &str) -> Result<WrittenTransform>
 
 /// `audit.path` against the pipeline's folder, or the default beside the
 /// first sink.
-fn audit_path(dir: &Path, configured: Option<&str>, first_sink: &Path) -> PathBuf {
+fn audit_path(
+    staging: &Staging,
+    dir: &Path,
+    configured: Option<&str>,
+    first_sink: &Path,
+) -> std::result::Result<PathBuf, String> {
     match configured {
-        Some(p) => dir.join(p),
-        None => first_sink
+        Some(p) => staging.place(dir, p),
+        None => Ok(first_sink
             .parent()
             .unwrap_or(Path::new("."))
-            .join(AUDIT_FILE_NAME),
+            .join(AUDIT_FILE_NAME)),
     }
 }
 
@@ -414,7 +436,11 @@ pub fn audit_path_of(path: &Path) -> Result<PathBuf> {
     let first_sink = doc["sinks"][0]["path"].as_str().ok_or_else(|| {
         ConfigError::in_file(path, "has no `sinks`, so no audit database beside them")
     })?;
-    Ok(audit_path(dir, configured, &dir.join(first_sink)))
+    let staging = Staging::for_dir(dir);
+    let first_sink = staging
+        .place(dir, first_sink)
+        .map_err(|m| ConfigError::in_file(path, m))?;
+    audit_path(&staging, dir, configured, &first_sink).map_err(|m| ConfigError::in_file(path, m))
 }
 
 /// The response caches a pipeline file's endpoints use, read like
@@ -463,11 +489,18 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
     for (i, sink) in spec.sinks.iter().enumerate() {
         let key = i.to_string();
         sinks.push(DataFile {
-            path: file.dir().join(&sink.path),
+            path: file.place(&["sinks", &key, "path"], &sink.path)?,
             format: format_of(&file, &["sinks", &key], &sink.path, sink.format)?,
         });
     }
-    let audit_path = audit_path(file.dir(), spec.audit.path.as_deref(), &sinks[0].path);
+    let staging = file.staging();
+    let audit_path = audit_path(
+        &staging,
+        file.dir(),
+        spec.audit.path.as_deref(),
+        &sinks[0].path,
+    )
+    .map_err(|m| file.error_at(&["audit", "path"], m))?;
     paths::refuse_shared_files(&file, &paths::places(&file, &spec, &audit_path))?;
     let caches = money::caches(&file, &spec.endpoints, &audit_path);
     money::check_budget(&file, spec.budget_usd, &spec.endpoints)?;
@@ -484,6 +517,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
         caches,
         budget_usd: spec.budget_usd,
         shard: None,
+        staging,
         file,
     })
 }
@@ -504,7 +538,7 @@ fn on_error_of(
             ),
         )),
         OnErrorSpec::Sink(sink) => {
-            let path = file.dir().join(&sink.path);
+            let path = file.place(key, &sink.path)?;
             let format = format_of(file, key, &sink.path, sink.format)?;
             if let Some(at) = error_sinks.iter().position(|e| e.path == path) {
                 return Ok(OnError::Quarantine(at));
@@ -855,7 +889,12 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
 }
 
 fn existing_file(file: &PipelineFile, key: &[&str], relative: &str, what: &str) -> Result<PathBuf> {
-    let path = file.dir().join(relative);
+    let path = file.place(key, relative)?;
+    // An object is fetched into its stand-in when a run begins, and a
+    // missing one is named then.
+    if staging::is_url(relative) {
+        return Ok(path);
+    }
     // Anything readable but a folder: a named pipe can feed a pipeline too.
     if !path.exists() || path.is_dir() {
         return Err(file.error_at(

@@ -28,23 +28,29 @@ impl Place {
 /// The places of the source, the sinks, the on_error sinks and the audit
 /// database, as the file names them.
 pub fn places(file: &PipelineFile, spec: &PipelineSpec, audit: &Path) -> Vec<Place> {
+    // Each path was placed once already, where a bad one was refused.
+    let place = |file: &PipelineFile, text: &str| {
+        file.staging()
+            .place(file.dir(), text)
+            .unwrap_or_else(|_| file.dir().join(text))
+    };
     let dir = file.dir();
     let mut places = vec![Place::new(
-        dir.join(&spec.source.path),
+        place(file, &spec.source.path),
         &["source", "path"],
         "the source",
     )];
     for (i, sink) in spec.sinks.iter().enumerate() {
         let key = i.to_string();
         places.push(Place::new(
-            dir.join(&sink.path),
+            place(file, &sink.path),
             &["sinks", &key, "path"],
             "a sink",
         ));
     }
     if let Some(OnErrorSpec::Sink(sink)) = &spec.on_error {
         places.push(Place::new(
-            dir.join(&sink.path),
+            place(file, &sink.path),
             &["on_error"],
             "an on_error sink",
         ));
@@ -53,7 +59,7 @@ pub fn places(file: &PipelineFile, spec: &PipelineSpec, audit: &Path) -> Vec<Pla
         if let Some(OnErrorSpec::Sink(sink)) = &t.on_error {
             let key = i.to_string();
             places.push(Place::new(
-                dir.join(&sink.path),
+                place(file, &sink.path),
                 &["transforms", &key, "on_error"],
                 "an on_error sink",
             ));

@@ -53,6 +53,11 @@ pub enum AuditError {
     NotUpgradable { path: PathBuf, version: i64 },
     #[error("the audit database {} can no longer be written: its writer stopped", path.display())]
     WriterGone { path: PathBuf },
+    #[error(
+        "cannot copy the audit database {}: another connection is reading it",
+        path.display()
+    )]
+    Busy { path: PathBuf },
     #[error("the audit writer had already stopped")]
     WriterStopped,
     /// Why the writer stopped, as it left it: the file and the operating

@@ -9,6 +9,7 @@ mod outcome;
 mod records;
 mod replay;
 mod resume;
+mod settle;
 mod stored;
 mod writer;
 
@@ -21,6 +22,7 @@ pub use outcome::{NodeStatus, RowOutcome, RunStatus};
 pub use records::*;
 pub use replay::Replay;
 pub use resume::{RecordedRun, RecordedSource, ResumePoint};
+pub use settle::{forget_journal, settle};
 pub use stored::{bodies as payload_bodies, hex_to_blob_sql};
 pub use writer::Totals;
 

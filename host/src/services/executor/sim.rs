@@ -285,3 +285,93 @@ async fn after_a_step_down_and_up_the_limit_follows_within_seconds() {
     );
     assert!(calls <= 1.1, "{calls:.3} calls per answer");
 }
+
+/// `shards` endpoints (shards of one run, each with its own limiter and
+/// `rows` rows) against one server; returns when each finished its rows, in
+/// seconds from the start.
+async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Duration) -> Vec<f64> {
+    let local = tokio::task::LocalSet::new();
+    let finished = Rc::new(RefCell::new(vec![0.0; shards]));
+    let mut limiters = Vec::new();
+    for shard in 0..shards {
+        let limiter = Rc::new(Limiter::new(4, 256));
+        limiters.push(Rc::clone(&limiter));
+        let start = sim.started + stagger * shard as u32;
+        let left = Rc::new(RefCell::new(rows));
+        let done = Rc::new(RefCell::new(0usize));
+        for _ in 0..256 {
+            let (sim, limiter, left, done, finished) = (
+                Rc::clone(sim),
+                Rc::clone(&limiter),
+                Rc::clone(&left),
+                Rc::clone(&done),
+                Rc::clone(&finished),
+            );
+            local.spawn_local(async move {
+                tokio::time::sleep_until(start).await;
+                loop {
+                    {
+                        let mut left = left.borrow_mut();
+                        if *left == 0 {
+                            break;
+                        }
+                        *left -= 1;
+                    }
+                    let mut retries = 0u32;
+                    loop {
+                        let permit = limiter.acquire(None, retries > 0).await.unwrap();
+                        let signal = sim.call().await;
+                        permit.release(signal);
+                        if signal == Signal::Success {
+                            break;
+                        }
+                        let backoff = Duration::from_millis(75) * (1 << retries.min(7));
+                        tokio::time::sleep(backoff).await;
+                        retries += 1;
+                    }
+                    *done.borrow_mut() += 1;
+                    if *done.borrow() == rows {
+                        finished.borrow_mut()[shard] = (Instant::now() - sim.started).as_secs_f64();
+                    }
+                }
+            });
+        }
+    }
+    local.await;
+    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+        for (shard, limiter) in limiters.iter().enumerate() {
+            eprintln!("shard {shard}: {:?}", limiter.snapshot().samples);
+        }
+    }
+    finished.borrow().clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
+    let server = Server::Capped {
+        cap: 32,
+        latency: LATENCY,
+    };
+    let total = 2000;
+    let one = Sim::new(server.clone());
+    let single = drive_shards(&one, 1, total, Duration::ZERO).await[0];
+    // Processes started together begin sending a little apart, and the
+    // first to begin has the server to itself for a moment.
+    let four = Sim::new(server);
+    let shards = drive_shards(&four, 4, total / 4, Duration::from_millis(40)).await;
+    let last = shards.iter().cloned().fold(0.0, f64::max);
+    let calls = four.calls_per_success();
+    eprintln!(
+        "one run {single:.2} s ({:.3} calls/answer); 4 shards {shards:.2?} ({calls:.3} \
+         calls/answer); ratio {:.2}",
+        one.calls_per_success(),
+        single / last
+    );
+    // Each limiter learns its share from its own refusals, with no word from
+    // the others: together they keep the server as busy as one does.
+    assert!(
+        single / last >= 0.93,
+        "4 shards took {last:.2} s, one run {single:.2} s"
+    );
+    assert!(calls <= 1.12, "{calls:.3} calls per answer");
+}
