@@ -6,6 +6,7 @@
 mod audit;
 mod batch;
 mod guest;
+mod peers;
 mod throughput;
 
 use clap::Parser;

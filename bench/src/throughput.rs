@@ -17,6 +17,18 @@ struct Scenario {
     capacity_slots: Option<usize>,
     /// Capacity steps to time the recovery after: (at, per second).
     steps: Vec<(Duration, f64)>,
+    /// When set, the Python peers run after weir, each against a fresh
+    /// server with the same script.
+    peers: Option<Peers>,
+}
+
+struct Peers {
+    /// The requests a peer is told it may have in flight.
+    concurrency: usize,
+    /// What weir was given instead, for its line's label.
+    weir: &'static str,
+    /// What the peers were given, for their lines' labels.
+    told: &'static str,
 }
 
 fn scenarios(rows: usize) -> Vec<Scenario> {
@@ -29,6 +41,11 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 32",
             capacity_slots: None,
             steps: vec![],
+            peers: Some(Peers {
+                concurrency: 32,
+                weir: "pool_size 32",
+                told: "semaphore 32",
+            }),
         },
         Scenario {
             name: "capacity 32 (not told), 100 ms latency",
@@ -41,6 +58,13 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 128",
             capacity_slots: Some(32),
             steps: vec![],
+            // The peers have no way to find the capacity, so they are given
+            // it: the best case for them.
+            peers: Some(Peers {
+                concurrency: 32,
+                weir: "not told, pool_size 128",
+                told: "told the cap, 32",
+            }),
         },
         Scenario {
             name: "capacity steps 64 -> 16 -> 64 at 8 s and 16 s, 100 ms latency",
@@ -60,6 +84,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
                 (Duration::from_secs(8), 160.0),
                 (Duration::from_secs(16), 640.0),
             ],
+            peers: None,
         },
         Scenario {
             name: "6000 requests/minute limit (told), 50 ms latency",
@@ -72,6 +97,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 64\nrequests_per_minute: 6000",
             capacity_slots: None,
             steps: vec![],
+            peers: None,
         },
         Scenario {
             name: "5 % faults (500, 503, resets, HTML pages), 50 ms latency",
@@ -80,6 +106,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 32",
             capacity_slots: None,
             steps: vec![],
+            peers: None,
         },
         Scenario {
             name: "soak: 100000 rows, 5 % faults (500, 503, resets, HTML pages), 5 ms latency",
@@ -88,6 +115,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 64\nmax_retries: 8",
             capacity_slots: None,
             steps: vec![],
+            peers: None,
         },
     ]
 }
@@ -189,7 +217,136 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
         usage.system,
         usage.max_rss_kib / 1024
     );
+    if let Some(peers) = &scenario.peers {
+        let weir_line = Line {
+            label: format!("weir ({})", peers.weir),
+            wall,
+            answered: written as usize,
+            usage,
+            ..Line::from_server(&served, server.peak_in_flight(), scenario.capacity_slots)
+        };
+        drop(server);
+        side_by_side(&dir, &scenario, peers, weir_line).await?;
+    }
     std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// One client's figures in the side-by-side table.
+struct Line {
+    label: String,
+    wall: f64,
+    answered: usize,
+    usage: Usage,
+    ok: usize,
+    calls: usize,
+    rejected: usize,
+    peak: usize,
+    /// Answers per second the server could give in this run, when capped.
+    capacity: Option<f64>,
+}
+
+impl Line {
+    fn from_server(
+        served: &[weir_test_llm_server::Served],
+        peak: usize,
+        slots: Option<usize>,
+    ) -> Self {
+        Line {
+            label: String::new(),
+            wall: 0.0,
+            answered: 0,
+            usage: Usage {
+                user: 0.0,
+                system: 0.0,
+                max_rss_kib: 0,
+            },
+            ok: served
+                .iter()
+                .filter(|s| s.status == 200 && s.fault.is_none())
+                .count(),
+            calls: served.len(),
+            rejected: served.iter().filter(|s| s.status == 429).count(),
+            peak,
+            // Each run's own hold time, so a slower timer in one run does
+            // not count against the client.
+            capacity: slots.map(|slots| slots as f64 / mean_held(served)),
+        }
+    }
+}
+
+/// Runs each Python peer alone against a fresh server with the scenario's
+/// script, over the rows weir read, and prints their figures under weir's.
+async fn side_by_side(
+    dir: &Path,
+    scenario: &Scenario,
+    peers: &Peers,
+    weir_line: Line,
+) -> anyhow::Result<()> {
+    println!(
+        "    side by side, each client alone against a fresh server with the same script \
+         (peers told {} in flight):",
+        peers.concurrency
+    );
+    let mut lines = vec![weir_line];
+    match crate::peers::python() {
+        Ok(python) => {
+            for peer in &crate::peers::PEERS {
+                if let Some(reason) = crate::peers::unavailable(&python, peer) {
+                    println!("      {} skipped: {reason}", peer.name);
+                    continue;
+                }
+                let server = TestLlmServer::start(scenario.script.clone()).await?;
+                let run =
+                    crate::peers::run(&python, peer, dir, &server.base_url(), peers.concurrency)
+                        .await?;
+                lines.push(Line {
+                    label: format!("{} ({})", peer.name, peers.told),
+                    wall: run.wall,
+                    answered: run.answered,
+                    usage: run.usage,
+                    ..Line::from_server(
+                        &server.served(),
+                        server.peak_in_flight(),
+                        scenario.capacity_slots,
+                    )
+                });
+            }
+        }
+        Err(reason) => println!("      peers skipped: {reason}"),
+    }
+    let rows = scenario.rows as f64;
+    println!(
+        "      {:<32} {:>7} {:>7} {:>8} {:>9} {:>5} {:>5} {:>8} {:>10} {:>8}",
+        "client",
+        "wall s",
+        "rows/s",
+        "goodput",
+        "calls/row",
+        "429s",
+        "peak",
+        "answered",
+        "CPU ms/row",
+        "RSS MiB"
+    );
+    for line in &lines {
+        let goodput = line.capacity.map_or("—".to_string(), |capacity| {
+            format!("{:.1} %", line.ok as f64 / line.wall / capacity * 100.0)
+        });
+        println!(
+            "      {:<32} {:>7.2} {:>7.0} {:>8} {:>9.3} {:>5} {:>5} {:>8} {:>10.3} {:>8}",
+            line.label,
+            line.wall,
+            rows / line.wall,
+            goodput,
+            line.calls as f64 / rows,
+            line.rejected,
+            line.peak,
+            line.answered,
+            (line.usage.user + line.usage.system) * 1e3 / rows,
+            line.usage.max_rss_kib / 1024
+        );
+    }
     Ok(())
 }
 
@@ -324,17 +481,28 @@ pub struct Usage {
 /// Runs `weir run` (with `extra` arguments) and reads that child's own
 /// CPU time (rusage) and peak RSS (its high-water mark while it ran).
 pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::Result<Usage> {
-    let weir = weir.to_path_buf();
-    let pipeline = pipeline.to_path_buf();
-    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let log = pipeline.with_file_name("weir-stderr.log");
+    let mut command = std::process::Command::new(weir);
+    command
+        .args(["run", "--no-progress"])
+        .args(extra)
+        .arg(pipeline)
+        .stderr(std::fs::File::create(&log)?);
+    measure_child(command, log, &[0, 2]).await
+}
+
+/// Runs `command` to its end and reads that child's own CPU time (rusage)
+/// and peak RSS (its high-water mark while it ran), so every client the
+/// benchmark compares is measured the same way. `log` holds its stderr,
+/// shown when it exits with a status outside `ok`.
+pub async fn measure_child(
+    mut command: std::process::Command,
+    log: PathBuf,
+    ok: &'static [i32],
+) -> anyhow::Result<Usage> {
     tokio::task::spawn_blocking(move || {
-        let log = pipeline.with_file_name("weir-stderr.log");
-        let child = std::process::Command::new(&weir)
-            .args(["run", "--no-progress"])
-            .args(&extra)
-            .arg(&pipeline)
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
+        let program = command.get_program().to_string_lossy().into_owned();
+        let child = command.spawn()?;
         let mut status = 0;
         // SAFETY: wait4 fills the zeroed rusage of the child we spawned and
         // have not waited for; std's Child is not used to wait afterwards.
@@ -362,8 +530,8 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
         };
         anyhow::ensure!(pid > 0, "wait4 failed: {}", std::io::Error::last_os_error());
         anyhow::ensure!(
-            libc::WIFEXITED(status) && matches!(libc::WEXITSTATUS(status), 0 | 2),
-            "weir failed (status {status}): {}",
+            libc::WIFEXITED(status) && ok.contains(&libc::WEXITSTATUS(status)),
+            "{program} failed (status {status}): {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
         Ok(Usage {
