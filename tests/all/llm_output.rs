@@ -47,6 +47,21 @@ fn check_rows(ws: &Workspace, n: usize) {
     }
 }
 
+/// A workspace with `rows` reviews and `local_pipeline(url, node, options)`,
+/// run once.
+async fn run_local(
+    rows: usize,
+    url: &str,
+    node: &str,
+    options: &str,
+) -> (Workspace, std::process::Output) {
+    let ws = Workspace::new();
+    ws.write("in.csv", &reviews(rows));
+    let p = ws.write("p.yaml", &local_pipeline(url, node, options));
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    (ws, out)
+}
+
 fn reviews(n: usize) -> String {
     let mut csv = String::from("id,text\n");
     for i in 0..n {
@@ -132,17 +147,13 @@ async fn auto_falls_back_to_json_object_at_once_when_the_server_refuses_json_sch
 #[tokio::test]
 async fn rows_in_flight_together_learn_of_the_refusal_from_the_endpoint() {
     let server = refusing_json_schema().await;
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(12));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(
-            &server.base_url(),
-            "",
-            &format!("template: \"Review: {{{{ row.text }}}}\"\nresponse_format: auto\n{OUTPUTS}"),
-        ),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let (ws, out) = run_local(
+        12,
+        &server.base_url(),
+        "",
+        &format!("template: \"Review: {{{{ row.text }}}}\"\nresponse_format: auto\n{OUTPUTS}"),
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     check_rows(&ws, 12);
     let served = server.served();
@@ -171,19 +182,15 @@ async fn rows_in_flight_together_learn_of_the_refusal_from_the_endpoint() {
 #[tokio::test]
 async fn an_explicit_json_schema_fails_its_rows_at_once_on_a_server_that_refuses_it() {
     let server = refusing_json_schema().await;
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(3));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(
-            &server.base_url(),
-            "    concurrency: 1\n",
-            &format!(
-                "template: \"Review: {{{{ row.text }}}}\"\nresponse_format: json_schema\n{OUTPUTS}"
-            ),
+    let (_ws, out) = run_local(
+        3,
+        &server.base_url(),
+        "    concurrency: 1\n",
+        &format!(
+            "template: \"Review: {{{{ row.text }}}}\"\nresponse_format: json_schema\n{OUTPUTS}"
         ),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("llm_call_failed: 3 rows; first: row 0 at node `ask`: HTTP 500: Unsupported response_format type 'json_schema'"),
@@ -239,17 +246,13 @@ async fn without_an_enforced_schema_the_prompt_names_the_fields() {
 #[tokio::test]
 async fn json_schema_requests_carry_strict_as_set() {
     let server = server_replying(Reply::Structured).await;
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(2));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(
-            &server.base_url(),
-            "",
-            &format!("template: \"Review: {{{{ row.text }}}}\"\nstrict: false\n{OUTPUTS}"),
-        ),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let (ws, out) = run_local(
+        2,
+        &server.base_url(),
+        "",
+        &format!("template: \"Review: {{{{ row.text }}}}\"\nstrict: false\n{OUTPUTS}"),
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     check_rows(&ws, 2);
     for s in server.served() {
@@ -279,17 +282,13 @@ async fn sloppy_server() -> TestLlmServer {
 #[tokio::test]
 async fn a_wrong_answer_is_asked_again_with_the_error_and_every_attempt_is_audited() {
     let server = sloppy_server().await;
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(8));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(
-            &server.base_url(),
-            "    concurrency: 1\n",
-            &format!("template: \"Review: {{{{ row.text }}}}\"\nreask: 4\n{OUTPUTS}"),
-        ),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let (ws, out) = run_local(
+        8,
+        &server.base_url(),
+        "    concurrency: 1\n",
+        &format!("template: \"Review: {{{{ row.text }}}}\"\nreask: 4\n{OUTPUTS}"),
+    )
+    .await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{summary}");
     check_rows(&ws, 8);
@@ -336,17 +335,13 @@ async fn a_wrong_answer_is_asked_again_with_the_error_and_every_attempt_is_audit
 #[tokio::test]
 async fn without_reask_a_wrong_answer_fails_its_row_after_one_call() {
     let server = sloppy_server().await;
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(8));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(
-            &server.base_url(),
-            "    concurrency: 1\n",
-            &format!("template: \"Review: {{{{ row.text }}}}\"\n{OUTPUTS}"),
-        ),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let (_ws, out) = run_local(
+        8,
+        &server.base_url(),
+        "    concurrency: 1\n",
+        &format!("template: \"Review: {{{{ row.text }}}}\"\n{OUTPUTS}"),
+    )
+    .await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{summary}");
     assert_eq!(server.served().len(), 8);
@@ -374,13 +369,7 @@ async fn a_failed_bundle_call_is_retried_as_a_bundle_and_no_row_is_asked_alone()
     })
     .await
     .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(4));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(&server.base_url(), BUNDLED, &bundle_options()),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let (ws, out) = run_local(4, &server.base_url(), BUNDLED, &bundle_options()).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     check_rows(&ws, 4);
     let served = server.served();
@@ -408,13 +397,7 @@ async fn rows_a_bundled_answer_missed_are_asked_alone_with_the_fields_named() {
     })
     .await
     .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &reviews(8));
-    let p = ws.write(
-        "p.yaml",
-        &local_pipeline(&server.base_url(), BUNDLED, &bundle_options()),
-    );
-    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
+    let (ws, out) = run_local(8, &server.base_url(), BUNDLED, &bundle_options()).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     check_rows(&ws, 8);
     let served = server.served();
