@@ -137,6 +137,15 @@ pub fn echo_of(i: usize) -> String {
     format!("echo: Q{i}: row {i}, with a comma and \"quotes\"")
 }
 
+/// Each row of the workspace's `out.csv` (id, text, answer) got the echo of
+/// its own prompt.
+pub fn assert_csv_rows_echoed(ws: &Workspace) {
+    let rows = read_csv(&ws.path("out.csv"));
+    for (i, row) in rows.iter().skip(1).enumerate() {
+        assert_eq!(row[2], echo_of(i), "{row:?}");
+    }
+}
+
 /// The rows of a JSON Lines file of the workspace; none if it does not exist.
 pub fn read_jsonl(ws: &Workspace, name: &str) -> Vec<serde_json::Map<String, serde_json::Value>> {
     std::fs::read_to_string(ws.path(name))

@@ -56,10 +56,7 @@ async fn params_reach_an_openai_endpoint_as_written() {
         assert_eq!(body["model"], json!("test-model"));
         assert_eq!(body["temperature"], json!(0.0));
     }
-    let rows = read_csv(&ws.path("out.csv"));
-    for (i, row) in rows.iter().skip(1).enumerate() {
-        assert_eq!(row[2], echo_of(i), "{row:?}");
-    }
+    assert_csv_rows_echoed(&ws);
 }
 
 #[tokio::test]
@@ -152,10 +149,7 @@ async fn a_node_granted_one_endpoint_calls_it_whatever_its_name() {
     let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(server.served().len(), 3);
-    let rows = read_csv(&ws.path("out.csv"));
-    for (i, row) in rows.iter().skip(1).enumerate() {
-        assert_eq!(row[2], echo_of(i), "{row:?}");
-    }
+    assert_csv_rows_echoed(&ws);
 }
 
 #[tokio::test]

@@ -451,10 +451,7 @@ async fn an_anthropic_endpoint_gets_the_messages_api_and_its_answers_are_read() 
     .await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{summary}");
-    let rows = read_csv(&ws.path("out.csv"));
-    for (i, row) in rows.iter().skip(1).enumerate() {
-        assert_eq!(row[2], echo_of(i), "{row:?}");
-    }
+    assert_csv_rows_echoed(&ws);
     let served = server.served();
     assert_eq!(served.len(), 6);
     for s in &served {
