@@ -226,16 +226,22 @@ fn check_answers(ws: &Workspace, rows: &[serde_json::Map<String, serde_json::Val
     assert_eq!(version, "0.3.0");
 }
 
-#[tokio::test]
-async fn complete_asks_an_openai_endpoint_in_the_chat_completions_shape() {
-    let server = TestLlmServer::start(Script {
+/// The test LLM server (a test tool) echoing prompts, cutting answers at
+/// `max_tokens`, and asking for `KEY`.
+async fn echo_server_that_cuts_at_max_tokens() -> TestLlmServer {
+    TestLlmServer::start(Script {
         reply: Reply::Echo,
         cut_at_max_tokens: true,
         require_key: Some(KEY.into()),
         ..Script::default()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn complete_asks_an_openai_endpoint_in_the_chat_completions_shape() {
+    let server = echo_server_that_cuts_at_max_tokens().await;
     let env = [
         ("OPENAI_API_KEY", KEY),
         ("OPENAI_BASE_URL", &server.base_url()),
@@ -257,14 +263,7 @@ async fn complete_asks_an_openai_endpoint_in_the_chat_completions_shape() {
 
 #[tokio::test]
 async fn complete_asks_an_anthropic_endpoint_in_the_messages_shape() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Echo,
-        cut_at_max_tokens: true,
-        require_key: Some(KEY.into()),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = echo_server_that_cuts_at_max_tokens().await;
     let endpoint = "  llm:\n    kind: anthropic\n    base_url: ${ANTHROPIC_BASE_URL}\n    \
                     api_key: ${ANTHROPIC_API_KEY}\n";
     let env = [
