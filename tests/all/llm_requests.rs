@@ -116,6 +116,10 @@ async fn params_that_would_replace_the_prompt_or_repeat_an_option_are_refused_by
             "temperature: 0\nparams:\n  temperature: 1\n",
             "options.params.temperature: `temperature` is also set as options.temperature",
         ),
+        (
+            "params:\n  top_p: high\n",
+            "options.params.top_p: must be a number from 0 to 1, got \"high\"",
+        ),
     ] {
         let p = ws.write(
             "p.yaml",
