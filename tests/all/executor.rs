@@ -747,3 +747,103 @@ async fn a_key_the_endpoint_echoes_back_is_redacted_before_anyone_reads_it() {
         "answers and error bodies were kept, redacted: {redacted}"
     );
 }
+
+#[tokio::test]
+async fn an_attempt_far_slower_than_its_peers_is_given_up_and_sent_again() {
+    // 3 % of attempts get no answer for 10 s (then a 504); the others
+    // answer in 5 ms.
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(5),
+        fault_rate: 0.03,
+        fault_kinds: vec![Fault::Hang],
+        hang: Duration::from_secs(10),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        400,
+        "pool_size: 16\nmin_attempt_timeout_seconds: 0.5\nbreaker_failures: 100",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 400);
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let hung: Vec<(Option<i64>, String)> = db
+        .prepare("SELECT status, error FROM calls WHERE retry_cause = 'hung'")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    // Until 50 answers have taught the attempt timeout, a hang is waited out.
+    assert!(!hung.is_empty(), "{summary}");
+    for (status, error) in &hung {
+        assert_eq!(*status, None, "given up before the server's 504");
+        assert!(error.contains("given up for hung"), "{error}");
+    }
+    assert!(
+        summary.contains(&format!("{} hung;", hung.len())),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_run_starts_from_the_limit_the_first_learned() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        capacity: Some(24),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(600));
+    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 128", "", ECHO_OPTIONS);
+    let pipeline = ws.write("p.yaml", &yaml);
+    let first = run_with_key(&pipeline, &server.base_url()).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let second = run_with_key(&pipeline, &server.base_url()).await;
+    let summary = stderr(&second);
+    assert_eq!(second.status.code(), Some(0), "{summary}");
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let learned: Vec<(i64, String, String, u32)> = db
+        .prepare("SELECT run_id, url, model, concurrency_limit FROM learned_limits ORDER BY run_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(learned.len(), 2, "{learned:?}");
+    let (run, url, model, limit) = &learned[0];
+    assert_eq!(*run, 1);
+    assert_eq!(url, &format!("openai {}/chat/completions", server.base_url()));
+    assert_eq!(model, "test-model");
+    assert_eq!((&learned[1].1, &learned[1].2), (url, model));
+    assert!(*limit > 8, "the first run learned {limit}");
+    let start = limit * 3 / 4;
+    assert!(
+        summary.contains(&format!(
+            "concurrency limit started at {start}, from the {limit} run 1 learned against the \
+             same endpoint"
+        )),
+        "{summary}"
+    );
+    let first_limit = |run: i64| -> u64 {
+        let json: String = db
+            .query_row(
+                "SELECT summary_json FROM runs WHERE run_id = ?1",
+                [run],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let summary: Value = serde_json::from_str(&json).unwrap();
+        summary["endpoints"][0]["concurrency_limit_changes"][0][1]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(first_limit(1), 4, "the first run slow-starts from 4");
+    assert_eq!(first_limit(2), u64::from(start));
+}

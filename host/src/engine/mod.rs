@@ -341,6 +341,9 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     }
 
     report.wall = started.elapsed();
+    for endpoint in prepared.executor.endpoints() {
+        endpoint.record_learned_limit();
+    }
     report.endpoints = prepared
         .executor
         .endpoints()

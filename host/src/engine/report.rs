@@ -275,14 +275,15 @@ impl RunReport {
             let ms = |v: Option<u32>| v.map_or("-".to_string(), |v| format!("{v} ms"));
             let _ = writeln!(
                 s,
-                "  endpoint {}: {} requests, {} ok, {} failed; retries {} capacity, {} transient; \
-                 latency p50 {}, p99 {}",
+                "  endpoint {}: {} requests, {} ok, {} failed; retries {} capacity, {} transient, \
+                 {} hung; latency p50 {}, p99 {}",
                 e.name,
                 e.stats.requests,
                 e.stats.successes,
                 e.stats.failures,
                 e.stats.capacity_retries,
                 e.stats.transient_retries,
+                e.stats.hung_retries,
                 ms(e.stats.latency_p50_ms),
                 ms(e.stats.latency_p99_ms)
             );
@@ -298,6 +299,14 @@ impl RunReport {
                 e.stats.throttled_seconds,
                 e.stats.breaker
             );
+            if let Some(learned) = &e.stats.learned_start {
+                let _ = writeln!(
+                    s,
+                    "           concurrency limit started at {}, from the {} run {} learned \
+                     against the same endpoint",
+                    learned.start, learned.learned, learned.run_id
+                );
+            }
         }
         self.write_money(&mut s);
         for (code, g) in &self.failures {

@@ -78,6 +78,11 @@ pub async fn prepare(
             .to_string(),
         })
         .collect();
+    if audit.is_some() {
+        for endpoint in executor.endpoints() {
+            endpoint.carry_learned_limit(&models_asked_of(pipeline, &endpoint.name));
+        }
+    }
     let runtime = Runtime::new().map_err(RunError::Runtime)?;
     let mut nodes = Vec::with_capacity(pipeline.nodes.len());
     let mut node_records = Vec::with_capacity(pipeline.nodes.len());
@@ -92,6 +97,23 @@ pub async fn prepare(
         endpoint_records,
         node_records,
     })
+}
+
+/// The models the nodes granted `endpoint` ask for in their options,
+/// comma-separated: with its URL, what identifies an endpoint's capacity.
+fn models_asked_of(pipeline: &Pipeline, endpoint: &str) -> String {
+    let mut models: Vec<String> = pipeline
+        .nodes
+        .iter()
+        .filter(|n| n.grants.iter().any(|(_, e)| e == endpoint))
+        .filter_map(|n| {
+            let options: serde_json::Value = serde_json::from_str(&n.options_json).ok()?;
+            options.get("model")?.as_str().map(str::to_string)
+        })
+        .collect();
+    models.sort();
+    models.dedup();
+    models.join(",")
 }
 
 /// The run's stop, its budget (`budget_usd` or `--budget-usd`, with what

@@ -832,6 +832,7 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
         ("connect_timeout_seconds", e.connect_timeout_seconds),
         ("breaker_cooldown_seconds", e.breaker_cooldown_seconds),
         ("abort_after_seconds", e.abort_after_seconds),
+        ("min_attempt_timeout_seconds", e.min_attempt_timeout_seconds),
     ] {
         if seconds_in_range(value).is_none() {
             return Err(at(
@@ -839,6 +840,15 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
                 format!("endpoint `{name}`: {}", seconds_rule(field, value)),
             ));
         }
+    }
+    if !(e.attempt_timeout_factor.is_finite() && e.attempt_timeout_factor >= 1.0) {
+        return Err(at(
+            "attempt_timeout_factor",
+            format!(
+                "endpoint `{name}`: attempt_timeout_factor must be a number of at least 1, got {}",
+                e.attempt_timeout_factor
+            ),
+        ));
     }
     if let Some(first_byte) = e.first_byte_timeout_seconds {
         check_first_byte_timeout(name, first_byte, e.request_timeout_seconds)

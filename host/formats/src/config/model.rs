@@ -147,6 +147,18 @@ pub struct EndpointSpec {
     /// Unset: only `request_timeout_seconds` applies.
     #[serde(default)]
     pub first_byte_timeout_seconds: Option<f64>,
+    /// Give up an attempt that takes `attempt_timeout_factor` times as long
+    /// as the endpoint's recent slowest successful attempts (their 99th
+    /// percentile), at least `min_attempt_timeout_seconds`, and retry it: a
+    /// hung request would otherwise hold its row, and the rows behind it,
+    /// for all of `request_timeout_seconds`. Each retry of it gets twice the
+    /// time, up to `request_timeout_seconds`.
+    #[serde(default = "defaults::adaptive_attempt_timeout")]
+    pub adaptive_attempt_timeout: bool,
+    #[serde(default = "defaults::attempt_timeout_factor")]
+    pub attempt_timeout_factor: f64,
+    #[serde(default = "defaults::min_attempt_timeout_seconds")]
+    pub min_attempt_timeout_seconds: f64,
     /// Adapt the number of requests in flight to the endpoint's capacity
     /// (AIMD, up to `pool_size`); when false, always use `pool_size`.
     #[serde(default = "defaults::adaptive_concurrency")]
@@ -266,6 +278,15 @@ pub mod defaults {
     }
     pub fn initial_concurrency() -> usize {
         4
+    }
+    pub fn adaptive_attempt_timeout() -> bool {
+        true
+    }
+    pub fn attempt_timeout_factor() -> f64 {
+        3.0
+    }
+    pub fn min_attempt_timeout_seconds() -> f64 {
+        5.0
     }
     pub fn breaker_failures() -> u32 {
         10

@@ -383,3 +383,32 @@ fn a_first_byte_timeout_is_within_the_request_timeout_and_refused_at_its_line() 
         assert!(err.contains(&format!("pipeline.yaml:{expected}")), "{err}");
     }
 }
+
+#[test]
+fn the_attempt_timeout_is_on_by_default_and_its_settings_are_checked_at_their_line() {
+    let endpoint =
+        |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));
+    let default = load_with(GOOD, &[("KEY", "k")]).unwrap();
+    let llm = &default.endpoints["llm"];
+    assert!(llm.adaptive_attempt_timeout);
+    assert_eq!(
+        (llm.attempt_timeout_factor, llm.min_attempt_timeout_seconds),
+        (3.0, 5.0)
+    );
+    let off = load_with(&endpoint("adaptive_attempt_timeout: false"), &[("KEY", "k")]).unwrap();
+    assert!(!off.endpoints["llm"].adaptive_attempt_timeout);
+    let cases = [
+        (
+            endpoint("attempt_timeout_factor: 0.5"),
+            "7: endpoint `llm`: attempt_timeout_factor must be a number of at least 1, got 0.5",
+        ),
+        (
+            endpoint("min_attempt_timeout_seconds: 0"),
+            "7: endpoint `llm`: min_attempt_timeout_seconds must be a positive number of seconds",
+        ),
+    ];
+    for (yaml, expected) in cases {
+        let err = load_with(&yaml, &[("KEY", "k")]).unwrap_err().to_string();
+        assert!(err.contains(&format!("pipeline.yaml:{expected}")), "{err}");
+    }
+}

@@ -271,6 +271,42 @@ impl AuditLog {
         Ok(totals)
     }
 
+    /// The newest limit a run other than this one learned for the endpoint
+    /// known by `url` and `model`: (run, what it learned).
+    pub fn learned_limit(
+        &self,
+        url: &str,
+        model: &str,
+    ) -> Result<Option<(i64, LearnedLimitRecord)>> {
+        let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let found = conn.query_row(
+            "SELECT run_id, endpoint, concurrency_limit, floor, no_load_rtt_ms, recorded_at_ms
+             FROM learned_limits WHERE url = ?1 AND model = ?2 AND run_id != ?3
+             ORDER BY recorded_at_ms DESC LIMIT 1",
+            rusqlite::params![url, model, self.scope.run],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    LearnedLimitRecord {
+                        url: url.to_string(),
+                        model: model.to_string(),
+                        endpoint: r.get(1)?,
+                        concurrency_limit: r.get(2)?,
+                        floor: r.get(3)?,
+                        no_load_rtt_ms: r.get(4)?,
+                        at_ms: r.get(5)?,
+                    },
+                ))
+            },
+        );
+        match found {
+            Ok(found) => Ok(Some(found)),
+            Err(rusqlite::Error::QueryReturnedNoRows) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// What the run's calls cost so far, earlier segments included.
     pub fn spent_usd(&self, path: &Path) -> Result<f64> {
         let conn = Connection::open(path)?;
@@ -339,7 +375,7 @@ pub fn open_database(path: &Path) -> Result<Connection> {
 
 /// Bumped whenever `schema.sql` changes shape; `MIGRATIONS` takes a database
 /// of an earlier version to it.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The oldest schema a run can upgrade (`MIGRATIONS` starts there).
 pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
@@ -416,6 +452,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
             ";"
         ),
     ),
+    // `learned_limits` is new; schema.sql creates it.
+    (7, ""),
 ];
 
 /// Brings a database made by an earlier weir up to this schema, one version
@@ -791,7 +829,7 @@ mod tests {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
-        assert_eq!((version, kinds.as_str()), (7, "blobblobblobblob"));
+        assert_eq!((version, kinds.as_str()), (SCHEMA_VERSION, "blobblobblobblob"));
     }
 
     fn end() -> RunEnd {

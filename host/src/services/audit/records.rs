@@ -172,6 +172,22 @@ pub struct EndpointEventRecord {
     pub detail: String,
 }
 
+/// What an endpoint's adaptive concurrency limit had learned, recorded as
+/// the run goes on and when it ends, for the next run against the endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedLimitRecord {
+    /// What identifies the endpoint across runs, whatever it is named in
+    /// the pipeline: its kind and URL, and the models its requests ask for.
+    pub url: String,
+    pub model: String,
+    pub endpoint: String,
+    pub concurrency_limit: u32,
+    /// The floor it had learned: the limit is not cut below it.
+    pub floor: u32,
+    pub no_load_rtt_ms: Option<u32>,
+    pub at_ms: i64,
+}
+
 pub enum Record {
     Node(NodeRecord),
     Endpoint(EndpointRecord),
@@ -183,6 +199,7 @@ pub enum Record {
     Commit(CommitRecord),
     Payload(PayloadRecord),
     EndpointEvent(EndpointEventRecord),
+    LearnedLimit(LearnedLimitRecord),
     /// This process starts its segment of the run, after these many rows
     /// were already ended by earlier ones, and finds the source so.
     SegmentStarted {
@@ -274,6 +291,9 @@ impl Record {
             Record::Payload(p) => text_bytes(&p.sha256) + text_bytes(&p.body),
             Record::EndpointEvent(e) => {
                 text_bytes(&e.endpoint) + text_bytes(&e.event) + text_bytes(&e.detail)
+            }
+            Record::LearnedLimit(l) => {
+                text_bytes(&l.url) + text_bytes(&l.model) + text_bytes(&l.endpoint)
             }
             Record::SourceRead { sha256 } => text_bytes(sha256),
             Record::PathsRenamed(paths) => paths

@@ -123,7 +123,7 @@ CREATE TABLE IF NOT EXISTS calls (
     response_sha256    BLOB,
     status             INTEGER,           -- HTTP status, NULL when no answer arrived
     error              TEXT,              -- transport error or timeout
-    retry_cause        TEXT,              -- capacity | transient, when this attempt was retried
+    retry_cause        TEXT,              -- capacity | transient | hung, when this attempt was retried
     latency_ms         INTEGER NOT NULL,
     prompt_tokens      INTEGER,
     completion_tokens  INTEGER,
@@ -214,6 +214,22 @@ CREATE TABLE IF NOT EXISTS endpoint_events (
     at_ms     INTEGER NOT NULL,
     event     TEXT NOT NULL,          -- breaker_open | breaker_half_open | breaker_closed
     detail    TEXT NOT NULL
+);
+
+-- What each endpoint's adaptive concurrency limit had learned by the end of
+-- a run (and every few seconds before, so a killed run leaves it too): the
+-- next run against the same endpoint starts from it. Keyed by what identifies
+-- the endpoint, not by its name in one pipeline.
+CREATE TABLE IF NOT EXISTS learned_limits (
+    url                TEXT NOT NULL,     -- kind and URL, e.g. `openai https://api.openai.com/v1`
+    model              TEXT NOT NULL,     -- the models its nodes ask for, comma-separated; '' when none is named
+    run_id             INTEGER NOT NULL,
+    endpoint           TEXT NOT NULL,     -- its name in that run's pipeline
+    concurrency_limit  INTEGER NOT NULL,
+    floor              INTEGER NOT NULL,  -- the limit was not cut below this
+    no_load_rtt_ms     INTEGER,           -- round trip with no queue at the endpoint
+    recorded_at_ms     INTEGER NOT NULL,
+    PRIMARY KEY (url, model, run_id)
 );
 
 -- Batch API mode. Every request is recorded here, with the batch it goes in,

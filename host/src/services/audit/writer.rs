@@ -402,6 +402,21 @@ fn write(tx: &Transaction, scope: Scope, bundler: &mut Bundler, record: Record) 
             tx.prepare_cached("INSERT INTO endpoint_events VALUES (?1, ?2, ?3, ?4, ?5)")?
                 .execute(params![run, e.endpoint, e.at_ms, e.event, e.detail])?;
         }
+        Record::LearnedLimit(l) => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO learned_limits VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                l.url,
+                l.model,
+                run,
+                l.endpoint,
+                l.concurrency_limit,
+                l.floor,
+                l.no_load_rtt_ms,
+                l.at_ms
+            ])?;
+        }
     }
     Ok(())
 }

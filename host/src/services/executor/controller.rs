@@ -59,8 +59,10 @@ const BASE_DRIFT: f64 = 0.005;
 /// Refusing more than this share is never taken for the endpoint's usual
 /// noise: an endpoint that refuses everything is over capacity.
 const MAX_USUAL_LOSS: f64 = 0.5;
-/// Weight of the newest window in the usual loss rate.
+/// Weight of the newest stretch of answers in the usual loss rate.
 const LOSS_WEIGHT: f64 = 0.2;
+/// Answers pooled before the usual loss rate may fall.
+const LOSS_SAMPLE: u32 = 32;
 /// Refusals of this share of the limit within a round trip cut again before
 /// the last cut is judged: random errors are rarely that dense.
 const MASSIVE_LOSS: f64 = 0.25;
@@ -68,8 +70,14 @@ const MASSIVE_LOSS: f64 = 0.25;
 const MIN_JUDGED: u32 = 8;
 /// Weight of the newest round trip in the smoothed one.
 const RTT_WEIGHT: f64 = 0.1;
+/// A round trip counts in the smoothed one for at most this many times it.
+const OUTLIER: f64 = 2.0;
 /// A clean window at a limit teaches a floor at this share of it.
 const FLOOR_SHARE: f64 = 0.5;
+/// A run that starts from the limit an earlier run learned starts at this
+/// share of it: the endpoint may have less room today, and growth takes it
+/// back to the learned limit within a few round trips.
+const LEARNED_SHARE: f64 = 0.75;
 /// The window before any round trip has been measured.
 const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
 
@@ -87,6 +95,10 @@ pub enum Signal {
 struct Tally {
     ok: u32,
     lost: u32,
+    /// Round trips, each at most `OUTLIER` times the smoothed one: a queue
+    /// delays every request, while a few answers slow by nature (a long
+    /// completion, a server's hiccup) would otherwise raise the mean of a
+    /// small window past `TOLERANCE` on their own.
     rtt_sum: f64,
 }
 
@@ -124,10 +136,13 @@ pub struct Controller {
     ceiling: f64,
     srtt: Option<f64>,
     base_rtt: Option<f64>,
-    /// The first answers' round trips, until they seed the no-load estimate.
+    /// The first answers: how many, and their shortest round trip, until
+    /// they seed the no-load estimate.
     seed: (u32, f64),
     /// The share of attempts lost when load is not the cause.
     usual_loss: f64,
+    /// Answers since the usual share was last weighed.
+    recent: Tally,
     window: Window,
     /// Answers to requests sent after the window, while it is being answered.
     next: Tally,
@@ -161,6 +176,7 @@ impl Controller {
             base_rtt: None,
             seed: (0, 0.0),
             usual_loss: 0.0,
+            recent: Tally::default(),
             window: Window {
                 start: now,
                 tally: Tally::default(),
@@ -176,6 +192,34 @@ impl Controller {
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
         }
+    }
+
+    /// Starts from the limit an earlier run learned for the endpoint, and
+    /// its floor, rather than from the initial limit: at `LEARNED_SHARE` of
+    /// it, past slow start, growing back towards it and probing beyond.
+    /// Returns where it starts. Only before any request was sent.
+    pub fn start_from(&mut self, learned: u32, floor: u32) -> u32 {
+        let learned = f64::from(learned).min(self.max);
+        let start = (learned * LEARNED_SHARE).floor().max(self.limit);
+        if start > self.limit {
+            self.limit = start;
+            self.slow_start = false;
+            self.ceiling = learned;
+            self.floor = f64::from(floor).clamp(1.0, start);
+            self.peak = start;
+            self.changes = vec![(Duration::ZERO, start as u32)];
+        }
+        self.limit().try_into().unwrap_or(u32::MAX)
+    }
+
+    /// The limit is not cut below this.
+    pub fn floor(&self) -> u32 {
+        self.floor as u32
+    }
+
+    /// The round trip with no queue at the endpoint, once measured.
+    pub fn no_load_rtt(&self) -> Option<Duration> {
+        self.base_rtt.map(Duration::from_secs_f64)
     }
 
     /// Requests allowed in flight.
@@ -236,8 +280,11 @@ impl Controller {
 
     fn on_success(&mut self, now: Instant, sent_at: Instant) {
         let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
+        // One answer counts for at most twice the average: a few answers
+        // slow by nature would otherwise stretch every window after them,
+        // while a queue, which delays them all, still shows within a few.
         let srtt = match self.srtt {
-            Some(avg) => avg + RTT_WEIGHT * (rtt - avg),
+            Some(avg) => avg + RTT_WEIGHT * (rtt.min(OUTLIER * avg) - avg),
             None => rtt,
         };
         self.srtt = Some(srtt);
@@ -256,16 +303,21 @@ impl Controller {
         }
     }
 
-    /// The mean round trip of the first answers, sent before any load was
-    /// built (as many as the initial limit), is the first no-load estimate.
+    /// The shortest round trip of the first answers, sent before any load
+    /// was built (as many as the initial limit), is the first no-load
+    /// estimate.
     fn seed_base(&mut self, rtt: f64) {
         if self.base_rtt.is_some() {
             return;
         }
         self.seed.0 += 1;
-        self.seed.1 += rtt;
+        self.seed.1 = if self.seed.0 == 1 {
+            rtt
+        } else {
+            self.seed.1.min(rtt)
+        };
         if f64::from(self.seed.0) >= self.initial {
-            self.base_rtt = Some(self.seed.1 / f64::from(self.seed.0));
+            self.base_rtt = Some(self.seed.1);
         }
     }
 
@@ -295,6 +347,7 @@ impl Controller {
         if sent_at < self.window.start {
             return;
         }
+        let srtt = self.srtt.unwrap_or(f64::INFINITY);
         let tally = if sent_at < self.window.start + self.window_len() {
             &mut self.window.tally
         } else {
@@ -303,7 +356,10 @@ impl Controller {
         match signal {
             Signal::Success => {
                 tally.ok += 1;
-                tally.rtt_sum += now.saturating_duration_since(sent_at).as_secs_f64();
+                tally.rtt_sum += now
+                    .saturating_duration_since(sent_at)
+                    .as_secs_f64()
+                    .min(OUTLIER * srtt);
             }
             Signal::Overload => tally.lost += 1,
             Signal::Neutral => {}
@@ -320,14 +376,23 @@ impl Controller {
             self.changed(now);
         }
         // The usual share rises only on proof (an undone cut), since load
-        // makes refusals too; it falls with every quieter window.
+        // makes refusals too; it falls with every quieter stretch of at
+        // least `LOSS_SAMPLE` answers. Judged window by window, a limit of a
+        // few slots saw mostly windows without a refusal and forgot a usual
+        // share of a tenth within seconds.
         let n = tally.ok + tally.lost;
         if n > 0 {
-            let loss = f64::from(tally.lost) / f64::from(n);
-            self.last_loss = Some(loss);
+            self.last_loss = Some(f64::from(tally.lost) / f64::from(n));
+            self.recent.ok += tally.ok;
+            self.recent.lost += tally.lost;
+        }
+        let pooled = self.recent.ok + self.recent.lost;
+        if pooled >= LOSS_SAMPLE {
+            let loss = f64::from(self.recent.lost) / f64::from(pooled);
             if loss < self.usual_loss {
                 self.usual_loss += LOSS_WEIGHT * (loss - self.usual_loss);
             }
+            self.recent = Tally::default();
         }
         // Losses are weighed per round trip, not summed over many.
         self.since_change = Tally::default();
@@ -402,14 +467,20 @@ impl Controller {
         };
         // Cuts in a row are judged together, against the window before the
         // first.
+        // The share refused before is at least the share that set the cut
+        // off: a window of a few requests often holds no refusal even where
+        // a tenth are refused at random, and a cut measured against none
+        // could never be found useless.
         let first = self.pending.take();
-        if let Some(loss_before) = first.as_ref().map(|c| c.loss_before).or(self.last_loss) {
-            self.pending = Some(Cut {
-                before: first.as_ref().map_or(self.limit, |c| c.before),
-                loss_before,
-                slow_start: first.as_ref().map_or(self.slow_start, |c| c.slow_start),
-            });
-        }
+        let trigger = f64::from(lost) / self.limit;
+        self.pending = Some(match first {
+            Some(first) => first,
+            None => Cut {
+                before: self.limit,
+                loss_before: self.last_loss.unwrap_or(0.0).max(trigger),
+                slow_start: self.slow_start,
+            },
+        });
         self.slow_start = false;
         self.ceiling = self.limit;
         let cut = self.limit * (1.0 - share);

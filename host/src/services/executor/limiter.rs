@@ -42,6 +42,8 @@ pub struct Permit<'a> {
 pub struct LimiterSnapshot {
     pub limit: u32,
     pub peak_limit: u32,
+    pub floor: u32,
+    pub no_load_rtt: Option<Duration>,
     /// (time since start, limit) at every change of the whole-number limit.
     pub samples: Vec<(Duration, u32)>,
 }
@@ -119,6 +121,11 @@ impl Limiter {
         }
     }
 
+    /// See `Controller::start_from`.
+    pub fn start_from(&self, learned: u32, floor: u32) -> u32 {
+        self.lock().controller.start_from(learned, floor)
+    }
+
     /// Stops every dispatch until `until` (an exhausted rate-limit window).
     pub fn pause_until(&self, until: Instant) {
         let mut s = self.lock();
@@ -137,6 +144,8 @@ impl Limiter {
         LimiterSnapshot {
             limit: s.controller.limit() as u32,
             peak_limit: s.controller.peak(),
+            floor: s.controller.floor(),
+            no_load_rtt: s.controller.no_load_rtt(),
             samples: s.controller.changes().to_vec(),
         }
     }

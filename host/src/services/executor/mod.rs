@@ -14,11 +14,13 @@
 
 mod admission;
 pub(crate) mod anthropic;
+mod attempt_timeout;
 mod breaker;
 mod clock;
 mod controller;
 mod dispatch;
 mod health;
+mod learned;
 mod limiter;
 mod pacing;
 mod rate;
@@ -33,6 +35,7 @@ mod target;
 mod throttle;
 
 pub use breaker::BreakerState;
+pub use learned::LearnedStart;
 /// How an answer is judged by its status and body; a provider batch's lines
 /// are judged the same way.
 pub use retry::{Verdict, classify_status};
@@ -183,6 +186,9 @@ pub struct Endpoint {
     batch: Option<Arc<BatchQueue>>,
     /// Whether the endpoint has accepted a `json_schema` request yet.
     schema: schema::SchemaSupport,
+    attempt_timeout: std::sync::Mutex<attempt_timeout::AttemptTimeout>,
+    /// The limit learned by earlier runs, and this run's kept for later ones.
+    carry: learned::Carry,
 }
 
 impl Endpoint {
@@ -242,6 +248,14 @@ impl Endpoint {
             secrets: Secrets::of(spec),
             batch,
             schema: schema::SchemaSupport::new(spec.kind),
+            attempt_timeout: std::sync::Mutex::new(attempt_timeout::AttemptTimeout::new(
+                spec.adaptive_attempt_timeout
+                    .then(|| attempt_timeout::Shape {
+                        factor: spec.attempt_timeout_factor,
+                        floor: Duration::from_secs_f64(spec.min_attempt_timeout_seconds),
+                    }),
+            )),
+            carry: learned::Carry::default(),
         })
     }
 
@@ -290,11 +304,14 @@ impl Endpoint {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot(
-            self.limiter.snapshot(),
-            self.breaker.state(),
-            self.throttled.total(),
-        )
+        StatsSnapshot {
+            learned_start: self.carry.started(),
+            ..self.stats.snapshot(
+                self.limiter.snapshot(),
+                self.breaker.state(),
+                self.throttled.total(),
+            )
+        }
     }
 
     /// Sends `body`. Capacity errors are retried until

@@ -30,6 +30,11 @@ pub enum Verdict {
     /// No answer in time: retried like a transient failure, and taken as a
     /// sign of overload by the adaptive limit.
     Timeout,
+    /// No answer within the attempt timeout learned from the endpoint's
+    /// answers, while its peers answered on time: given up for hung and
+    /// sent again at once, with twice the time, spending no `max_retries`.
+    /// Says nothing of the endpoint's capacity.
+    Hung,
     /// The answer did not begin within `first_byte_timeout_seconds`: the
     /// request sat in the server's queue. Retried like a capacity answer, so
     /// a queueing server's slowness spends no request's `max_retries`.
@@ -45,6 +50,8 @@ pub enum RetryCause {
     Capacity,
     /// Up to `max_retries` times.
     Transient,
+    /// Given up for hung: until its attempt timeout reaches the configured one.
+    Hung,
 }
 
 impl RetryCause {
@@ -53,6 +60,7 @@ impl RetryCause {
         match self {
             RetryCause::Capacity => "capacity",
             RetryCause::Transient => "transient",
+            RetryCause::Hung => "hung",
         }
     }
 }
@@ -62,6 +70,7 @@ impl Verdict {
         match self {
             Verdict::Capacity { .. } | Verdict::Queued => Some(RetryCause::Capacity),
             Verdict::Transient | Verdict::Timeout | Verdict::NotJson => Some(RetryCause::Transient),
+            Verdict::Hung => Some(RetryCause::Hung),
             Verdict::Success | Verdict::Fatal => None,
         }
     }
@@ -113,6 +122,8 @@ impl RetryPolicy {
                 CAPACITY_BACKOFF.0,
                 CAPACITY_BACKOFF.1,
             ),
+            // The endpoint answers others on time: no reason to wait.
+            Verdict::Hung => Duration::ZERO,
             Verdict::Transient | Verdict::Timeout | Verdict::NotJson
                 if self.transient_retries < self.max_retries =>
             {
@@ -134,7 +145,7 @@ impl RetryPolicy {
         match cause {
             RetryCause::Capacity => self.capacity_retries += 1,
             RetryCause::Transient if breaker_closed => self.transient_retries += 1,
-            RetryCause::Transient => {}
+            RetryCause::Transient | RetryCause::Hung => {}
         }
     }
 }
@@ -353,6 +364,7 @@ mod tests {
         );
         assert_eq!(cause(Verdict::Queued), Some("capacity"));
         assert_eq!(cause(Verdict::Timeout), Some("transient"));
+        assert_eq!(cause(Verdict::Hung), Some("hung"));
         assert_eq!(cause(Verdict::Transient), Some("transient"));
         assert_eq!(cause(Verdict::Fatal), None);
     }

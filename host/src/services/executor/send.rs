@@ -42,6 +42,8 @@ impl Endpoint {
         // What went wrong first: the root cause a later failure may hide.
         let mut first_failure: Option<String> = None;
         let mut attempt = 0u32;
+        // Attempts given up for hung so far: each gives the next twice the time.
+        let mut hung = 0u32;
         loop {
             let budget_end = first.map(|f| f + self.retry_budget());
             let wait_deadline = clock::earliest(row_deadline, budget_end);
@@ -68,13 +70,16 @@ impl Endpoint {
                 permit,
                 hold,
             } = admitted;
-            let tried = self.try_once(body, row_deadline).await;
+            let tried = self.try_once(body, row_deadline, hung).await;
+            hung += u32::from(tried.verdict == Verdict::Hung);
             permit.release(self.signal(tried.verdict));
             let first_attempt = *first.get_or_insert(tried.started);
             if tried.verdict != Verdict::Success && first_failure.is_none() {
                 first_failure = Some(describe(&tried));
             }
             self.observe(&tried, ticket);
+            let ended_ms = tried.started_at_ms + tried.latency.as_millis() as i64;
+            self.record_learned_limit_now_and_then(ended_ms);
             let elapsed = first_attempt.elapsed();
             let wait = policy.wait(tried.verdict, elapsed, row_deadline);
             let cause = wait.and(tried.verdict.retry_cause());
@@ -110,16 +115,22 @@ impl Endpoint {
         }
     }
 
-    async fn try_once(&self, body: &str, row_deadline: Option<Instant>) -> Tried {
+    async fn try_once(&self, body: &str, row_deadline: Option<Instant>, hung_before: u32) -> Tried {
         let started = Instant::now();
         let started_at_ms = now_ms();
         self.stats.attempt_started();
-        let total = match row_deadline {
+        let configured = match row_deadline {
             Some(d) => self
                 .request_timeout()
                 .min(d.saturating_duration_since(started)),
             None => self.request_timeout(),
         };
+        let learned = self
+            .attempt_timeout
+            .lock()
+            .expect("attempt timeout lock")
+            .limit(configured, hung_before);
+        let total = learned.unwrap_or(configured);
         let first_byte = self
             .spec
             .first_byte_timeout_seconds
@@ -130,7 +141,7 @@ impl Endpoint {
             .await;
         let latency = started.elapsed();
         self.stats.attempt_ended(latency);
-        let verdict = match &result {
+        let mut verdict = match &result {
             Ok(answer) => self.schema.judge(
                 body,
                 Some((answer.status, &answer.body)),
@@ -147,6 +158,25 @@ impl Endpoint {
                 FailureKind::Transport => Verdict::Transient,
             },
         };
+        match verdict {
+            Verdict::Success => self
+                .attempt_timeout
+                .lock()
+                .expect("attempt timeout lock")
+                .answered(latency),
+            Verdict::Timeout if learned.is_some() => verdict = Verdict::Hung,
+            _ => {}
+        }
+        let result = match result {
+            Err(failure) if verdict == Verdict::Hung => Err(AttemptFailure {
+                message: format!(
+                    "no answer within {:.1} s, while the endpoint's other answers came in time                      (adaptive_attempt_timeout): given up for hung",
+                    total.as_secs_f64()
+                ),
+                ..failure
+            }),
+            other => other,
+        };
         Tried {
             result,
             verdict,
@@ -162,7 +192,9 @@ impl Endpoint {
             _ if !self.spec.adaptive_concurrency => Signal::Neutral,
             Verdict::Success => Signal::Success,
             Verdict::Capacity { .. } | Verdict::Timeout | Verdict::Queued => Signal::Overload,
-            Verdict::Transient | Verdict::NotJson | Verdict::Fatal => Signal::Neutral,
+            Verdict::Transient | Verdict::NotJson | Verdict::Fatal | Verdict::Hung => {
+                Signal::Neutral
+            }
         }
     }
 

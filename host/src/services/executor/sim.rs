@@ -2,6 +2,7 @@
 //! paused clock: every run is deterministic and takes no real time, so the
 //! figures asserted are the controller's, not the machine's.
 
+use super::attempt_timeout::{AttemptTimeout, Shape};
 use super::controller::Signal;
 use super::limiter::Limiter;
 use std::cell::RefCell;
@@ -22,6 +23,28 @@ enum Server {
     Queueing { slots: usize, service: Duration },
     /// Every `one_in`-th request (by a hash) gets 429, whatever the load.
     RandomErrors { one_in: u64, latency: Duration },
+    /// Capped at `cap`, and in bursts of `burst` at random moments about
+    /// every `every`, half the requests are refused whatever the load, as
+    /// a shared provider does when others' traffic peaks (one in 50 between
+    /// bursts).
+    Bursts {
+        cap: usize,
+        latency: Duration,
+        every: Duration,
+        burst: Duration,
+    },
+    /// Capped at `cap`, and per mille of requests, chosen by a hash:
+    /// `refused` get 429/503/529 at once, `failed` 500/502/504 or a reset
+    /// at once, `hung` no answer for 30 to 60 s, holding their slot, and
+    /// `slow` their answer 10 to 30 times late.
+    Faulty {
+        cap: usize,
+        latency: Duration,
+        refused: u64,
+        failed: u64,
+        hung: u64,
+        slow: u64,
+    },
 }
 
 #[derive(Default)]
@@ -66,6 +89,8 @@ impl Sim {
         t.queued = t.queued.saturating_add_signed(by);
     }
 
+    /// One request; a client that gives up on it (drops the future) frees
+    /// its slot at the server then, as a closed connection does.
     async fn call(&self) -> Signal {
         let n = {
             let mut t = self.trace.borrow_mut();
@@ -73,11 +98,10 @@ impl Sim {
             t.in_flight += 1;
             t.calls
         };
+        let _slot = Slot(self);
         let signal = self.serve(n).await;
-        let mut t = self.trace.borrow_mut();
-        t.in_flight -= 1;
         if signal == Signal::Success {
-            t.successes.push(Instant::now());
+            self.trace.borrow_mut().successes.push(Instant::now());
         }
         signal
     }
@@ -99,6 +123,58 @@ impl Sim {
                 tokio::time::sleep(*service).await;
                 drop(slot);
                 Signal::Success
+            }
+            Server::Bursts {
+                cap,
+                latency,
+                every,
+                burst,
+            } => {
+                let since = Instant::now() - self.started;
+                let period = since.as_nanos() / every.as_nanos();
+                let offset = mix(period as u64) % (every.as_millis() as u64 / 2);
+                let into = since.as_millis() as u64 - period as u64 * every.as_millis() as u64;
+                let bursting = (offset..offset + burst.as_millis() as u64).contains(&into);
+                let one_in = if bursting { 2 } else { 50 };
+                if mix(n).is_multiple_of(one_in) {
+                    tokio::time::sleep(refuse).await;
+                    return Signal::Overload;
+                }
+                self.capped(*cap, in_flight, *latency).await
+            }
+            Server::Faulty {
+                cap,
+                latency,
+                refused,
+                failed,
+                hung,
+                slow,
+            } => {
+                let draw = mix(n) % 1000;
+                let fast_failure = draw < refused + failed;
+                if fast_failure || in_flight > *cap {
+                    tokio::time::sleep(refuse).await;
+                    return if draw >= *refused && fast_failure {
+                        Signal::Neutral
+                    } else {
+                        Signal::Overload
+                    };
+                }
+                let late = mix(n ^ 0xA5A5) % 1000;
+                let held = if draw < refused + failed + hung {
+                    Duration::from_secs(30 + late * 30 / 1000)
+                } else if draw < refused + failed + hung + slow {
+                    *latency * (10 + (late * 20 / 1000) as u32)
+                } else {
+                    *latency
+                };
+                tokio::time::sleep(held).await;
+                if draw < refused + failed + hung {
+                    // The hung connection ends in a reset.
+                    Signal::Neutral
+                } else {
+                    Signal::Success
+                }
             }
             Server::RandomErrors { one_in, latency } => {
                 let refused = n
@@ -122,6 +198,11 @@ impl Sim {
         }
         tokio::time::sleep(latency).await;
         Signal::Success
+    }
+
+    /// The requests answered, whoever asked.
+    fn answered(&self) -> usize {
+        self.trace.borrow().successes.len()
     }
 
     /// Answers per second between `from` and `to` after the start.
@@ -154,6 +235,23 @@ impl Sim {
             .find(|from| self.goodput(*from, from + 1.0) >= share * capacity)
             .map(|from| from - at)
     }
+}
+
+/// A request held at the server, until it is answered or given up.
+struct Slot<'a>(&'a Sim);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.trace.borrow_mut().in_flight -= 1;
+    }
+}
+
+/// A well-mixed hash of `n` (SplitMix64's finaliser), for choosing faults.
+fn mix(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// `workers` rows send requests for `run` of simulated time, retrying
@@ -374,4 +472,235 @@ async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
         "4 shards took {last:.2} s, one run {single:.2} s"
     );
     assert!(calls <= 1.12, "{calls:.3} calls per answer");
+}
+
+/// How a simulated client sets its requests in flight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Concurrency {
+    Adaptive,
+    Fixed(usize),
+}
+
+/// How a run of rows went.
+#[derive(Debug, Clone, Copy)]
+struct Finished {
+    seconds: f64,
+    ok: usize,
+    failed: usize,
+}
+
+/// Retries of failures other than capacity answers, as `max_retries`.
+const MAX_RETRIES: u32 = 3;
+/// The whole attempt's timeout, as `request_timeout_seconds`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `rows` rows, up to 256 at once, through one client's slots. Each request
+/// is retried as the executor retries it: capacity answers until answered,
+/// after a growing back-off; other failures `MAX_RETRIES` times; an attempt
+/// given up for hung (past the timeout learned from the answers) at once,
+/// with twice the time.
+async fn run_rows(sim: &Rc<Sim>, concurrency: Concurrency, rows: usize) -> Finished {
+    let limiter = Rc::new(match concurrency {
+        Concurrency::Adaptive => Limiter::new(4, 256),
+        Concurrency::Fixed(n) => Limiter::new(n, n),
+    });
+    let timeout = Rc::new(RefCell::new(AttemptTimeout::new(Some(Shape {
+        factor: crate::config::model::defaults::attempt_timeout_factor(),
+        floor: Duration::from_secs_f64(
+            crate::config::model::defaults::min_attempt_timeout_seconds(),
+        ),
+    }))));
+    let next = Rc::new(RefCell::new(0usize));
+    let outcome = Rc::new(RefCell::new(Finished {
+        seconds: 0.0,
+        ok: 0,
+        failed: 0,
+    }));
+    let local = tokio::task::LocalSet::new();
+    for _ in 0..256.min(rows) {
+        let (sim, limiter, timeout, next, outcome) = (
+            Rc::clone(sim),
+            Rc::clone(&limiter),
+            Rc::clone(&timeout),
+            Rc::clone(&next),
+            Rc::clone(&outcome),
+        );
+        local.spawn_local(async move {
+            loop {
+                {
+                    let mut next = next.borrow_mut();
+                    if *next == rows {
+                        break;
+                    }
+                    *next += 1;
+                }
+                let ok = request(&sim, &limiter, &timeout, concurrency).await;
+                let mut outcome = outcome.borrow_mut();
+                if ok {
+                    outcome.ok += 1;
+                } else {
+                    outcome.failed += 1;
+                }
+                outcome.seconds = (Instant::now() - sim.started).as_secs_f64();
+            }
+        });
+    }
+    local.await;
+    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
+        eprintln!("{concurrency:?}: {:?}", limiter.snapshot().samples);
+    }
+    *outcome.borrow()
+}
+
+/// One row's request until it is answered or its retries are spent.
+async fn request(
+    sim: &Sim,
+    limiter: &Limiter,
+    timeout: &RefCell<AttemptTimeout>,
+    concurrency: Concurrency,
+) -> bool {
+    let (mut capacity_retries, mut retries, mut hung) = (0u32, 0u32, 0u32);
+    loop {
+        let permit = limiter
+            .acquire(None, capacity_retries + retries + hung > 0)
+            .await
+            .unwrap();
+        let limit = timeout
+            .borrow()
+            .limit(REQUEST_TIMEOUT, hung)
+            .unwrap_or(REQUEST_TIMEOUT);
+        let sent = Instant::now();
+        let answer = tokio::time::timeout(limit, sim.call()).await;
+        let signal = match answer {
+            Ok(signal) => signal,
+            // Given up: neither a success nor a refusal.
+            Err(_) => Signal::Neutral,
+        };
+        permit.release(match concurrency {
+            Concurrency::Adaptive => signal,
+            Concurrency::Fixed(_) => Signal::Neutral,
+        });
+        let backoff = match answer {
+            Ok(Signal::Success) => {
+                timeout.borrow_mut().answered(sent.elapsed());
+                return true;
+            }
+            Ok(Signal::Overload) => {
+                capacity_retries += 1;
+                Duration::from_millis(75) * (1 << capacity_retries.min(7))
+            }
+            Ok(Signal::Neutral) if retries < MAX_RETRIES => {
+                retries += 1;
+                Duration::from_millis(125) * (1 << retries)
+            }
+            Ok(Signal::Neutral) => return false,
+            Err(_) if limit < REQUEST_TIMEOUT => {
+                hung += 1;
+                Duration::ZERO
+            }
+            Err(_) if retries < MAX_RETRIES => {
+                retries += 1;
+                Duration::from_millis(125) * (1 << retries)
+            }
+            Err(_) => return false,
+        };
+        tokio::time::sleep(backoff).await;
+    }
+}
+
+/// Runs `rows` with the adaptive limit and with each fixed concurrency in
+/// `fixed`, each against a fresh copy of `server`; returns the adaptive
+/// run and the fastest fixed one with its concurrency.
+async fn against_fixed(
+    server: &Server,
+    rows: usize,
+    fixed: &[usize],
+) -> (Finished, (usize, Finished)) {
+    let adaptive = run_rows(&Sim::new(server.clone()), Concurrency::Adaptive, rows).await;
+    let mut best: Option<(usize, Finished)> = None;
+    for &n in fixed {
+        let run = run_rows(&Sim::new(server.clone()), Concurrency::Fixed(n), rows).await;
+        eprintln!("  fixed {n}: {:.1} s, {} ok", run.seconds, run.ok);
+        if best.is_none_or(|(_, b)| run.seconds < b.seconds) {
+            best = Some((n, run));
+        }
+    }
+    (adaptive, best.unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
+    let server = Server::Bursts {
+        cap: 64,
+        latency: LATENCY,
+        every: Duration::from_secs(2),
+        burst: Duration::from_millis(400),
+    };
+    let rows = 10_000;
+    let (adaptive, (n, best)) = against_fixed(&server, rows, &[16, 32, 48, 64, 96]).await;
+    let ratio = adaptive.seconds / best.seconds;
+    eprintln!(
+        "bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
+        adaptive.seconds, best.seconds
+    );
+    assert_eq!(adaptive.ok, rows);
+    assert!(
+        ratio <= 1.5,
+        "adaptive took {ratio:.2} times the best fixed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrency() {
+    // A quarter of the requests fail, 1.25 % hang for 30 to 60 s, 3 %
+    // answer 10 to 30 times late.
+    let server = Server::Faulty {
+        cap: 64,
+        latency: Duration::from_millis(200),
+        refused: 130,
+        failed: 120,
+        hung: 13,
+        slow: 30,
+    };
+    let rows = 2000;
+    let (adaptive, (n, best)) = against_fixed(&server, rows, &[16, 32, 64, 96, 128]).await;
+    let ratio = adaptive.seconds / best.seconds;
+    eprintln!(
+        "faulty: adaptive {:.1} s ({} ok, {} failed), best fixed ({n}) {:.1} s, ratio {ratio:.2}",
+        adaptive.seconds, adaptive.ok, adaptive.failed, best.seconds
+    );
+    assert!(
+        adaptive.ok * 100 >= rows * 99,
+        "{} of {rows} ok",
+        adaptive.ok
+    );
+    assert!(
+        ratio <= 1.5,
+        "adaptive took {ratio:.2} times the best fixed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_capped_run_is_served_near_capacity() {
+    let sim = Sim::new(Server::Capped {
+        cap: 32,
+        latency: LATENCY,
+    });
+    let rows = 10_000;
+    let run = run_rows(&sim, Concurrency::Adaptive, rows).await;
+    let ideal = rows as f64 / 320.0;
+    let goodput = ideal / run.seconds;
+    let calls = sim.calls_per_success();
+    eprintln!(
+        "capped, whole run: {:.2} s against {ideal:.2} s ideal, goodput {:.1} %, {calls:.3} calls/row",
+        run.seconds,
+        goodput * 100.0
+    );
+    assert_eq!(sim.answered(), rows);
+    assert!(
+        goodput >= 0.97,
+        "whole-run goodput {:.1} %",
+        goodput * 100.0
+    );
+    assert!(calls <= 1.05, "{calls:.3} calls per row");
 }

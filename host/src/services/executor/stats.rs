@@ -17,6 +17,7 @@ pub struct Stats {
     failures: AtomicU64,
     capacity_retries: AtomicU64,
     transient_retries: AtomicU64,
+    hung_retries: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     capacity_errors: AtomicU64,
@@ -86,6 +87,8 @@ pub struct StatsSnapshot {
     pub failures: u64,
     pub capacity_retries: u64,
     pub transient_retries: u64,
+    /// Attempts given up for hung (past the learned attempt timeout) and sent again.
+    pub hung_retries: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// 429/503/529 answers received.
@@ -96,6 +99,9 @@ pub struct StatsSnapshot {
     pub concurrency_limit: u32,
     pub peak_concurrency_limit: u32,
     pub concurrency_limit_changes: Vec<(f64, u32)>,
+    /// Where the limit started, when an earlier run against the same
+    /// endpoint had learned one.
+    pub learned_start: Option<super::LearnedStart>,
     /// Wall time during which requests waited for the breaker, rate limits
     /// or a slot (not a sum over requests).
     pub throttled_seconds: f64,
@@ -132,6 +138,7 @@ impl Stats {
         match cause {
             RetryCause::Capacity => self.capacity_retries.fetch_add(1, Relaxed),
             RetryCause::Transient => self.transient_retries.fetch_add(1, Relaxed),
+            RetryCause::Hung => self.hung_retries.fetch_add(1, Relaxed),
         };
     }
 
@@ -189,6 +196,7 @@ impl Stats {
             failures: self.failures.load(Relaxed),
             capacity_retries: self.capacity_retries.load(Relaxed),
             transient_retries: self.transient_retries.load(Relaxed),
+            hung_retries: self.hung_retries.load(Relaxed),
             prompt_tokens: self.prompt_tokens.load(Relaxed),
             completion_tokens: self.completion_tokens.load(Relaxed),
             capacity_errors: self.capacity_errors.load(Relaxed),
@@ -200,6 +208,7 @@ impl Stats {
                 .iter()
                 .map(|(at, limit)| ((at.as_secs_f64() * 1000.0).round() / 1000.0, *limit))
                 .collect(),
+            learned_start: None,
             throttled_seconds: throttled.as_secs_f64(),
             breaker: breaker.name(),
             latency_p50_ms,
