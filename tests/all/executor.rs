@@ -819,7 +819,10 @@ async fn a_second_run_starts_from_the_limit_the_first_learned() {
     assert_eq!(learned.len(), 2, "{learned:?}");
     let (run, url, model, limit) = &learned[0];
     assert_eq!(*run, 1);
-    assert_eq!(url, &format!("openai {}/chat/completions", server.base_url()));
+    assert_eq!(
+        url,
+        &format!("openai {}/chat/completions", server.base_url())
+    );
     assert_eq!(model, "test-model");
     assert_eq!((&learned[1].1, &learned[1].2), (url, model));
     assert!(*limit > 8, "the first run learned {limit}");

@@ -395,7 +395,11 @@ fn the_attempt_timeout_is_on_by_default_and_its_settings_are_checked_at_their_li
         (llm.attempt_timeout_factor, llm.min_attempt_timeout_seconds),
         (3.0, 5.0)
     );
-    let off = load_with(&endpoint("adaptive_attempt_timeout: false"), &[("KEY", "k")]).unwrap();
+    let off = load_with(
+        &endpoint("adaptive_attempt_timeout: false"),
+        &[("KEY", "k")],
+    )
+    .unwrap();
     assert!(!off.endpoints["llm"].adaptive_attempt_timeout);
     let cases = [
         (

@@ -829,7 +829,10 @@ mod tests {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
-        assert_eq!((version, kinds.as_str()), (SCHEMA_VERSION, "blobblobblobblob"));
+        assert_eq!(
+            (version, kinds.as_str()),
+            (SCHEMA_VERSION, "blobblobblobblob")
+        );
     }
 
     fn end() -> RunEnd {
