@@ -212,6 +212,13 @@ impl Controller {
         self.limit().try_into().unwrap_or(u32::MAX)
     }
 
+    /// Whether the limit says something of the endpoint worth starting the
+    /// next run from: slow start found an edge (a refusal, a queue), or
+    /// the limit reached its maximum.
+    pub fn has_learned(&self) -> bool {
+        !self.slow_start || self.limit >= self.max
+    }
+
     /// The limit is not cut below this.
     pub fn floor(&self) -> u32 {
         self.floor as u32

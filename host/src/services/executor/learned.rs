@@ -87,14 +87,15 @@ impl Endpoint {
         self.record_learned_limit();
     }
 
-    /// Records what the limit has learned, once it has seen answers: at
-    /// the end of the run, and now and then before.
+    /// Records what the limit has learned, once it has left slow start or
+    /// reached `pool_size` (a run too short to find either tells the next
+    /// nothing): at the end of the run, and now and then before.
     pub fn record_learned_limit(&self) {
         let (Some(audit), Some((url, model))) = (&self.audit, self.carry.key.get()) else {
             return;
         };
         let snapshot = self.limiter.snapshot();
-        let Some(rtt) = snapshot.no_load_rtt else {
+        let (Some(rtt), true) = (snapshot.no_load_rtt, snapshot.has_learned) else {
             return;
         };
         audit.record(Record::LearnedLimit(LearnedLimitRecord {

@@ -44,6 +44,8 @@ pub struct LimiterSnapshot {
     pub peak_limit: u32,
     pub floor: u32,
     pub no_load_rtt: Option<Duration>,
+    /// See `Controller::has_learned`.
+    pub has_learned: bool,
     /// (time since start, limit) at every change of the whole-number limit.
     pub samples: Vec<(Duration, u32)>,
 }
@@ -146,6 +148,7 @@ impl Limiter {
             peak_limit: s.controller.peak(),
             floor: s.controller.floor(),
             no_load_rtt: s.controller.no_load_rtt(),
+            has_learned: s.controller.has_learned(),
             samples: s.controller.changes().to_vec(),
         }
     }
@@ -307,6 +310,27 @@ mod tests {
             }
         }
         assert_eq!(limiter.snapshot().limit, 54);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_learned_before_starts_at_three_quarters_and_heads_back_to_it() {
+        let limiter = Limiter::new(4, 128);
+        assert_eq!(limiter.start_from(32, 12), 24);
+        let mut limits = Vec::new();
+        for _ in 0..6 {
+            let permits = fill(&limiter).await;
+            limits.push(permits.len());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for p in permits {
+                p.release(Signal::Success);
+            }
+        }
+        // About half the way back each round trip, not slow start's tripling.
+        assert_eq!(limits, [24, 27, 28, 30, 30, 31]);
+        assert!(limiter.snapshot().has_learned);
+        // Never below the initial limit, nor beyond the pool.
+        assert_eq!(Limiter::new(4, 128).start_from(4, 1), 4);
+        assert_eq!(Limiter::new(4, 16).start_from(64, 8), 12);
     }
 
     #[tokio::test(start_paused = true)]
