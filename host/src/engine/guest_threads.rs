@@ -3,8 +3,8 @@
 //!
 //! The main thread keeps the run's I/O and the cheap guests' calls: a call
 //! handed to another thread costs wake-ups across threads for the hand-over
-//! and for each of its HTTP exchanges, which is more CPU than all of a cheap
-//! guest's own work (the built-in `llm` guest's is a few tens of µs). So a
+//! and for each of its HTTP exchanges, which is more CPU than a cheap
+//! guest's whole call (the built-in `llm` guest's takes about 100 µs). So a
 //! node's calls move only while its guest time per call (`GuestCost`) is
 //! above a threshold.
 
@@ -18,10 +18,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
-/// A node whose guest takes more of a thread than this per call runs its
-/// calls on the guest threads: well above the `llm` guest, well below the
-/// interpreters of Python and JavaScript guests.
-const DEFAULT_THRESHOLD: Duration = Duration::from_micros(100);
+/// A node whose calls take more CPU than this runs them on the guest
+/// threads: above the `llm` guest's (about 100 µs), below the Python and
+/// JavaScript examples' (about 450 µs).
+const DEFAULT_THRESHOLD: Duration = Duration::from_micros(250);
 
 struct GuestThreads {
     runtime: tokio::runtime::Runtime,
@@ -62,21 +62,31 @@ pub async fn process(
     let guest_threads = GUEST_THREADS
         .get()
         .filter(|threads| threads.threshold.is_zero() || cost.above(threads.threshold));
+    let measured = cost.measure_next();
     let Some(guest_threads) = guest_threads else {
         // Boxed: a future is as large as its largest state, and wasmtime's
         // call would make the future of every row in flight cost kilobytes.
-        let (processed, spent) = Timed::new(Box::pin(instance.process(input, scopes))).await;
-        cost.record(spent, false);
+        let call = Box::pin(instance.process(input, scopes));
+        let (processed, spent) = Timed::new(call, measured).await;
+        record(cost, spent, false);
         return (instance, processed);
     };
     let input = input.to_vec();
     let task = guest_threads.runtime.spawn(async move {
-        let (processed, spent) = Timed::new(Box::pin(instance.process(&input, scopes))).await;
+        let call = Box::pin(instance.process(&input, scopes));
+        let (processed, spent) = Timed::new(call, measured).await;
         (instance, processed, spent)
     });
     let (instance, processed, spent) = AbortOnDrop(task).await;
-    cost.record(spent, true);
+    record(cost, spent, true);
     (instance, processed)
+}
+
+fn record(cost: &GuestCost, spent: Option<Duration>, on_guest_thread: bool) {
+    match spent {
+        Some(spent) => cost.record(spent, on_guest_thread),
+        None => cost.count(on_guest_thread),
+    }
 }
 
 /// A call handed to a guest thread, cancelled if the row that waits on it
