@@ -39,7 +39,9 @@ pub struct GuestCost {
 impl GuestCost {
     /// Whether to measure the next call: the first, then one in `MEASURE_EVERY`.
     pub fn measure_next(&self) -> bool {
-        self.calls.fetch_add(1, Ordering::Relaxed) % MEASURE_EVERY == 0
+        self.calls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(MEASURE_EVERY)
     }
 
     /// Counts a call not measured.
