@@ -5,6 +5,7 @@
 
 mod audit;
 mod batch;
+mod cores;
 mod guest;
 mod peers;
 mod throughput;
@@ -33,5 +34,6 @@ async fn main() -> anyhow::Result<()> {
     throughput::report(&args).await?;
     audit::report(&args).await?;
     batch::report(&args).await?;
+    cores::report(&args).await?;
     Ok(())
 }

@@ -10,6 +10,7 @@ mod batch;
 mod contract_0_3;
 mod disk_full;
 mod executor;
+mod guest_threads;
 mod guests;
 mod llm_output;
 mod llm_requests;

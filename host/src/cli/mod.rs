@@ -23,6 +23,11 @@ use std::time::Duration;
     about = "Run LLM batch pipelines whose transforms are sandboxed WebAssembly components"
 )]
 struct Cli {
+    /// Threads that run guest code beside the main one, for the nodes whose
+    /// guests do heavy work of their own (e.g. Python or JavaScript); 1 runs
+    /// everything on the main thread. Default: the cores weir may use.
+    #[arg(long, global = true, env = "WEIR_THREADS", value_name = "N")]
+    threads: Option<std::num::NonZeroUsize>,
     #[command(subcommand)]
     command: Command,
 }
@@ -326,9 +331,12 @@ const ROWS_FAILED: u8 = 2;
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
-    // One thread: a row's guest work already runs on the task of its node, so
-    // more worker threads add little but cross-thread wake-ups for every HTTP
-    // exchange, which cost more CPU than the rest of a row.
+    // One thread for the I/O and the cheap guests: worker threads would add
+    // cross-thread wake-ups for every HTTP exchange, which cost more CPU than
+    // the rest of a row. Heavy guests' calls go to the guest threads.
+    if let Err(e) = start_guest_threads(cli.threads) {
+        return fail(e);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -340,6 +348,28 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => fail(e),
     }
+}
+
+/// Starts the guest threads unless there is one core (or `--threads 1`),
+/// where handing calls over would only cost.
+fn start_guest_threads(threads: Option<std::num::NonZeroUsize>) -> Result<()> {
+    let threads = match threads {
+        Some(threads) => threads.get(),
+        None => std::thread::available_parallelism().map_or(1, |cores| cores.get()),
+    };
+    if threads < 2 {
+        return Ok(());
+    }
+    // The guest time per call above which a node's calls leave the main
+    // thread; zero sends every call to the guest threads.
+    let threshold = match std::env::var("WEIR_GUEST_THREADS_ABOVE_US") {
+        Ok(micros) => Some(Duration::from_micros(micros.parse().map_err(|_| {
+            anyhow::anyhow!("WEIR_GUEST_THREADS_ABOVE_US: `{micros}` is not a number of µs")
+        })?)),
+        Err(_) => None,
+    };
+    engine::guest_threads::start(threads, threshold)?;
+    Ok(())
 }
 
 async fn execute(command: Command) -> Result<ExitCode> {

@@ -4,6 +4,8 @@
 mod columns;
 mod drain;
 mod error;
+mod guest_cost;
+pub mod guest_threads;
 mod merge;
 mod ordered;
 mod packed;
@@ -363,6 +365,14 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             node.config.name,
             node.runtime.memory_peak().div_ceil(1 << 20),
             node.config.limits.node_memory_bytes >> 20
+        );
+        // Whether the node's guest was heavy enough to spread over the cores.
+        tracing::info!(
+            "node `{}`: its guest held a thread {} µs per call (recent mean); {} calls ran on \
+             the guest threads",
+            node.config.name,
+            node.guest_cost.per_call().as_micros(),
+            node.guest_cost.calls_on_guest_threads()
         );
     }
     report.rows_truncated = prepared

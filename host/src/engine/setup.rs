@@ -26,6 +26,8 @@ pub struct Node {
     /// Rows whose guest log lines or audit attachments were cut at their caps.
     pub rows_truncated: std::sync::atomic::AtomicU64,
     pub runtime: NodeRuntime,
+    /// Its guest's time per call: whether its calls go to the guest threads.
+    pub guest_cost: super::guest_cost::GuestCost,
     /// Rows running the component at once, for a node granted a Batch API
     /// endpoint: its many waiting rows hold no instance, and those that run
     /// again when a batch ends take turns instead of each starting one.
@@ -261,6 +263,7 @@ impl Node {
             config,
             traps_in_a_row: Default::default(),
             rows_truncated: Default::default(),
+            guest_cost: Default::default(),
             runtime,
             guest_slots: batch_mode.then(|| {
                 Arc::new(tokio::sync::Semaphore::new(

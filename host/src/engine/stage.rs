@@ -1,6 +1,7 @@
 //! One node's work on one source row: run the guest, check what it returned,
 //! and record the node state.
 
+use super::guest_threads;
 use super::setup::Node;
 use crate::config::BatchMode;
 use crate::runtime::LimitHit;
@@ -341,7 +342,7 @@ impl Node {
         // Boxed: a future is as large as its largest state, and wasmtime's
         // call would make the future of every row in flight cost kilobytes.
         let checkout = Box::pin(self.runtime.checkout());
-        let mut instance = match checkout.await {
+        let instance = match checkout.await {
             Ok(instance) => instance,
             Err(e) => {
                 return Attempt::Finished(Err(match e.limit {
@@ -351,7 +352,8 @@ impl Node {
             }
         };
         let run = scopes.iter().map(|s| s.restart(waited)).collect();
-        let processed = Box::pin(instance.process(input, run)).await;
+        let (instance, processed) =
+            guest_threads::process(instance, input, run, &self.guest_cost).await;
         self.rows_truncated
             .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
         drop(slot);

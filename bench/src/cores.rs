@@ -1,0 +1,299 @@
+//! Guest execution across cores: the example `topic` transforms in Python
+//! and JavaScript (interpreters inside the component), with the Rust one and
+//! the built-in `llm` guest for reference, each run by the release `weir`
+//! pinned to one core and then to two (`taskset`), rounds interleaved so a
+//! change in the machine's load falls on both alike.
+
+use crate::Args;
+use crate::throughput::{Usage, default_weir, measure_child};
+use std::path::Path;
+use std::time::Instant;
+
+const NAME: &str = "cores: python and js guests, 1 and 2 cores";
+const ROWS: usize = 8000;
+const ROUNDS: usize = 3;
+const POOL_SIZE: usize = 32;
+/// What the test LLM server waits before each answer.
+const LATENCY_MS: u64 = 0;
+/// (label, `taskset -c` list) for weir.
+const CORE_SETS: [(&str, &str); 2] = [("1", "0"), ("2", "0,1")];
+
+struct Guest {
+    name: &'static str,
+    /// The pipeline's `component:`: a built example's file, or a built-in name.
+    component: String,
+}
+
+/// The guests whose components are there; says which are not and how to
+/// build them.
+fn guests() -> Vec<Guest> {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/guests");
+    let mut found = Vec::new();
+    for (name, dir) in [
+        ("python", "topic-python"),
+        ("js", "topic-js"),
+        ("rust", "topic-rust"),
+    ] {
+        let dir = examples.join(dir);
+        let wasm = dir.join(format!(
+            "{}.wasm",
+            dir.file_name().unwrap().to_string_lossy()
+        ));
+        if wasm.is_file() {
+            found.push(Guest {
+                name,
+                component: wasm.canonicalize().unwrap_or(wasm).display().to_string(),
+            });
+        } else {
+            println!(
+                "    {name} skipped: {} not found; build it with `weir guest build {}` \
+                 (see examples/guests/README.md for its toolchain)",
+                wasm.display(),
+                dir.display()
+            );
+        }
+    }
+    found.push(Guest {
+        name: "llm (built in)",
+        component: "llm".into(),
+    });
+    found
+}
+
+pub async fn report(args: &Args) -> anyhow::Result<()> {
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|only| !NAME.contains(only.as_str()))
+    {
+        return Ok(());
+    }
+    println!("\n  {NAME}");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 || !Path::new("/usr/bin/taskset").is_file() {
+        println!("    skipped: needs 2 cores and taskset (this process may use {cores})");
+        return Ok(());
+    }
+    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let server = LabelServer::start(&weir.with_file_name("weir-test-llm-server"))?;
+    let dir = std::env::temp_dir().join(format!("weir-bench-cores-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("tickets.csv"), tickets(ROWS))?;
+    let guests = guests();
+    println!(
+        "    {ROWS} tickets, pool_size {POOL_SIZE}, audit on; weir under `taskset -c 0`, then \
+         `taskset -c 0,1`, {ROUNDS} rounds interleaved; the test LLM server (a test tool, not a \
+         model) is a separate process, not pinned, answering a label after {LATENCY_MS} ms"
+    );
+    println!("    load average before: {}", load_average());
+    for guest in &guests {
+        // A first run compiles the component into weir's cache; unmeasured.
+        run_once(&weir, &dir, guest, "0,1", &server).await?;
+    }
+    let mut runs: Vec<Vec<Vec<Run>>> = guests
+        .iter()
+        .map(|_| CORE_SETS.iter().map(|_| Vec::new()).collect())
+        .collect();
+    for _ in 0..ROUNDS {
+        for (g, guest) in guests.iter().enumerate() {
+            for (c, (_, list)) in CORE_SETS.iter().enumerate() {
+                runs[g][c].push(run_once(&weir, &dir, guest, list, &server).await?);
+            }
+        }
+    }
+    println!("    load average after: {}", load_average());
+    println!(
+        "    {:<16} {:>5} {:>24} {:>8} {:>10} {:>12}",
+        "guest", "cores", "rows/s, each round", "median", "CPU ms/row", "server ms/row"
+    );
+    for (guest, by_cores) in guests.iter().zip(&runs) {
+        let mut medians = Vec::new();
+        for ((cores, _), runs) in CORE_SETS.iter().zip(by_cores) {
+            let rates: Vec<f64> = runs.iter().map(|r| ROWS as f64 / r.wall).collect();
+            let median = median(&rates);
+            medians.push(median);
+            let cpu = median_by(runs, |r| {
+                (r.usage.user + r.usage.system) * 1e3 / ROWS as f64
+            });
+            let server = median_by(runs, |r| r.server_cpu * 1e3 / ROWS as f64);
+            let each: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
+            println!(
+                "    {:<16} {:>5} {:>24} {:>8.0} {:>10.3} {:>12.3}",
+                guest.name,
+                cores,
+                each.join(" "),
+                median,
+                cpu,
+                server
+            );
+        }
+        println!(
+            "    {:<16} 2 cores / 1 core: {:.2}×",
+            guest.name,
+            medians[1] / medians[0]
+        );
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+struct Run {
+    wall: f64,
+    usage: Usage,
+    /// CPU seconds the server used during the run.
+    server_cpu: f64,
+}
+
+async fn run_once(
+    weir: &Path,
+    dir: &Path,
+    guest: &Guest,
+    cores: &str,
+    server: &LabelServer,
+) -> anyhow::Result<Run> {
+    for file in [
+        "out.csv",
+        "weir-audit.sqlite",
+        "weir-audit.sqlite-wal",
+        "weir-audit.sqlite-shm",
+    ] {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    let pipeline = dir.join("pipeline.yaml");
+    std::fs::write(&pipeline, pipeline_yaml(guest, &server.base_url))?;
+    let mut command = std::process::Command::new("taskset");
+    command
+        .args(["-c", cores])
+        .arg(weir)
+        .args(["run", "--no-progress"])
+        .arg(&pipeline)
+        .stderr(std::fs::File::create(dir.join("weir-stderr.log"))?);
+    let server_before = server.cpu_seconds();
+    let started = Instant::now();
+    let usage = measure_child(command, dir.join("weir-stderr.log"), &[0]).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let server_cpu = server.cpu_seconds() - server_before;
+    let written = csv::Reader::from_path(dir.join("out.csv"))?
+        .records()
+        .count();
+    anyhow::ensure!(
+        written == ROWS,
+        "{} on cores {cores} wrote {written} rows of {ROWS}",
+        guest.name
+    );
+    Ok(Run {
+        wall,
+        usage,
+        server_cpu,
+    })
+}
+
+fn pipeline_yaml(guest: &Guest, base_url: &str) -> String {
+    let options = if guest.component == "llm" {
+        "      template: \"Label as billing, shipping or other: {{ row.text }}\"\n      model: m\n"
+    } else {
+        "      labels: [billing, shipping, other]\n      model: m\n"
+    };
+    format!(
+        "source:\n  path: tickets.csv\nendpoints:\n  llm:\n    base_url: {base_url}\n    \
+         api_key: bench\n    pool_size: {POOL_SIZE}\ntransforms:\n  - name: topic\n    \
+         component: {}\n    endpoints: [llm]\n    options:\n{options}sinks:\n  - path: out.csv\n",
+        guest.component
+    )
+}
+
+/// Support tickets, varied enough that the answers differ.
+fn tickets(rows: usize) -> String {
+    let texts = [
+        "Where is my parcel? It was due on Monday.",
+        "I was charged twice for my subscription this month.",
+        "The app crashes when I open the settings page.",
+        "Can I change the delivery address of order {i}?",
+        "Please refund invoice {i}, the amount is wrong.",
+        "How do I reset my password?",
+    ];
+    let mut csv = String::from("id,text\n");
+    for i in 0..rows {
+        let text = texts[i % texts.len()].replace("{i}", &i.to_string());
+        csv.push_str(&format!("{i},\"{text} (ticket {i})\"\n"));
+    }
+    csv
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+fn median_by(runs: &[Run], value: impl Fn(&Run) -> f64) -> f64 {
+    median(&runs.iter().map(value).collect::<Vec<_>>())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// `weir-test-llm-server --reply label` (a test tool, not a model) as a
+/// separate process, so its CPU is its own and can be read.
+struct LabelServer {
+    child: std::process::Child,
+    base_url: String,
+}
+
+impl LabelServer {
+    fn start(binary: &Path) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            binary.is_file(),
+            "{} not found: build it with `cargo build --release -p weir-test-llm-server`",
+            binary.display()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new(binary)
+            .args(["--reply", "label", "--port", &port.to_string()])
+            .args(["--latency-ms", &LATENCY_MS.to_string()])
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let address = format!("127.0.0.1:{port}");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&address).is_err() {
+            anyhow::ensure!(
+                started.elapsed().as_secs() < 10,
+                "the test LLM server did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(Self {
+            child,
+            base_url: format!("http://{address}/v1"),
+        })
+    }
+
+    /// The CPU seconds (user and system) the server has used so far.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // The fields after the command name, which is in parentheses.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+            .sum();
+        // SAFETY: sysconf only reads a configuration value.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    }
+}
+
+impl Drop for LabelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

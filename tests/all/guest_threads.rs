@@ -1,0 +1,196 @@
+//! Guest calls run on the guest threads: the real `weir` binary, told to
+//! hand every call over (`WEIR_GUEST_THREADS_ABOVE_US=0`), keeps its limits,
+//! its output order, its audit trail and its stopping as when calls run on
+//! the main thread. The endpoint is the test LLM server, a test tool, not a
+//! model.
+
+use crate::common::*;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use weir_test_llm_server::{Reply, Script, TestLlmServer};
+
+/// Two guest threads, every call handed to them, and the log line that
+/// counts those calls.
+const ON_GUEST_THREADS: [(&str, &str); 3] = [
+    ("WEIR_THREADS", "2"),
+    ("WEIR_GUEST_THREADS_ABOVE_US", "0"),
+    ("WEIR_LOG", "info"),
+];
+
+/// The calls the run's log says node `node` ran on the guest threads.
+fn calls_on_guest_threads(out: &std::process::Output, node: &str) -> u64 {
+    let log = stderr(out);
+    let line = log
+        .lines()
+        .find(|l| l.contains(&format!("node `{node}`: its guest held a thread")))
+        .unwrap_or_else(|| panic!("no guest time line for `{node}`: {log}"));
+    let (_, after) = line.split_once("(recent mean); ").unwrap();
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+const CHAOS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../guests/dist/test-chaos.wasm"
+);
+
+fn audit_count(ws: &Workspace, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test]
+async fn limits_hold_on_the_guest_threads_and_each_failing_row_fails_alone() {
+    let ws = Workspace::new();
+    let rows = [
+        json!({"id": 0}),
+        json!({"id": 1, "act": "loop"}),
+        json!({"id": 2}),
+        json!({"id": 3, "act": "alloc"}),
+        json!({"id": 4, "act": "panic"}),
+        json!({"id": 5}),
+    ];
+    let source: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    ws.write("rows.jsonl", &source);
+    let p = ws.write(
+        "p.yaml",
+        &format!(
+            "source:\n  path: rows.jsonl\ntransforms:\n  - name: chaos\n    component: {CHAOS}\n    \
+             limits:\n      cpu_ms_per_call: 200\n      memory_mb: 64\n    on_error:\n      \
+             path: failed.jsonl\nsinks:\n  - path: out.jsonl\n"
+        ),
+    );
+    let out = weir(
+        &["run", p.to_str().unwrap(), "--no-progress"],
+        &ON_GUEST_THREADS,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let written: Vec<i64> = read_jsonl(&ws, "out.jsonl")
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(written, vec![0, 2, 5]);
+    assert_eq!(calls_on_guest_threads(&out, "chaos"), 6);
+    let failed: BTreeMap<i64, String> = read_jsonl(&ws, "failed.jsonl")
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["_error_code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        BTreeMap::from([
+            (1, "guest_cpu_limit".to_string()),
+            (3, "guest_memory_limit".to_string()),
+            (4, "guest_trap".to_string()),
+        ]),
+        "the CPU limit's epoch ticks reach a guest on another thread"
+    );
+}
+
+#[tokio::test]
+async fn rows_answered_out_of_order_on_the_guest_threads_are_written_in_source_order() {
+    // The rows whose id ends in 1 are answered late, after rows behind them.
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        slow_marker: Some(("1, with".into(), Duration::from_millis(80))),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(400));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "pool_size: 32", "", ECHO_OPTIONS),
+    );
+    let mut env = ON_GUEST_THREADS.to_vec();
+    let base_url = server.base_url();
+    env.extend([("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)]);
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows = read_csv(&ws.path("out.csv"));
+    let ids: Vec<usize> = rows[1..].iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(ids, (0..400).collect::<Vec<_>>());
+    assert_csv_rows_echoed(&ws);
+    assert_eq!(
+        audit_count(
+            &ws,
+            "SELECT count(*) FROM row_outcomes WHERE outcome = 'completed'"
+        ),
+        400
+    );
+    assert_eq!(server.served().len(), 400, "one request per row");
+    assert_eq!(calls_on_guest_threads(&out, "ask"), 400);
+}
+
+#[tokio::test]
+async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_row_once() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        latency: Duration::from_millis(200),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(200));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", p.to_str().unwrap(), "--no-progress"])
+        .envs(ON_GUEST_THREADS)
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", server.base_url())
+        .env(
+            "WEIR_CACHE_DIR",
+            std::env::temp_dir().join("weir-test-cache"),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waited_from = std::time::Instant::now();
+    while server.served().len() < 12 {
+        assert!(
+            waited_from.elapsed() < Duration::from_secs(60),
+            "the run never reached 12 requests"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("weir did not stop")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        server.served().len() < 200,
+        "the run went on after the signal"
+    );
+
+    let mut env = ON_GUEST_THREADS.to_vec();
+    let base_url = server.base_url();
+    env.extend([("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)]);
+    let out = weir(&["run", p.to_str().unwrap(), "--resume"], &env).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows = read_csv(&ws.path("out.csv"));
+    let ids: Vec<usize> = rows[1..].iter().map(|r| r[0].parse().unwrap()).collect();
+    assert_eq!(ids, (0..200).collect::<Vec<_>>());
+    assert_csv_rows_echoed(&ws);
+    assert_eq!(server.served().len(), 200, "no request was sent twice");
+}
