@@ -7,6 +7,9 @@ mod audit;
 mod batch;
 mod guest;
 mod peers;
+mod queueing;
+mod runs;
+mod sweep;
 mod throughput;
 
 use clap::Parser;
