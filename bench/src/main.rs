@@ -8,6 +8,9 @@ mod batch;
 mod cores;
 mod guest;
 mod peers;
+mod queueing;
+mod runs;
+mod sweep;
 mod throughput;
 
 use clap::Parser;

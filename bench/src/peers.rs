@@ -102,7 +102,7 @@ pub async fn run(
         )?)
         .stderr(std::fs::File::create(&log)?);
     let started = std::time::Instant::now();
-    let usage = measure_child(command, log, &[0]).await?;
+    let usage = measure_child(command, log, &[0], None).await?;
     Ok(PeerRun {
         wall: started.elapsed().as_secs_f64(),
         usage,

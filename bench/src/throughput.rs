@@ -48,11 +48,12 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             }),
         },
         Scenario {
-            name: "capacity 32 (not told), 100 ms latency",
-            rows: 6400,
+            name: "capacity 32 (not told), 100 ms latency, 429 + Retry-After 1 s beyond",
+            rows: 10_000,
             script: Script {
                 latency,
                 capacity: Some(32),
+                retry_after_seconds: Some(1.0),
                 ..Script::default()
             },
             endpoint: "pool_size: 128",
@@ -138,6 +139,8 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         }
         run_scenario(&weir, scenario).await?;
     }
+    crate::sweep::report(args, &weir).await?;
+    crate::queueing::report(args, &weir).await?;
     Ok(())
 }
 
@@ -195,9 +198,15 @@ async fn run_scenario(weir: &Path, scenario: Scenario) -> anyhow::Result<()> {
     for (at, per_second) in &scenario.steps {
         match recovery(&served, *at, *per_second) {
             Some(t) => println!(
-                "    after the step at {:.0} s to {per_second:.0}/s: ≥ 90 % of it within {:.2} s",
+                "    after the step at {:.0} s to {per_second:.0}/s: ≥ 90 % of it within {:.2} s \
+                 ({} 5 s)",
                 at.as_secs_f64(),
-                t.as_secs_f64()
+                t.as_secs_f64(),
+                if t <= Duration::from_secs(5) {
+                    "within"
+                } else {
+                    "NOT within"
+                }
             ),
             None => println!(
                 "    after the step at {:.0} s: never back to 90 %",
@@ -260,6 +269,7 @@ impl Line {
                 user: 0.0,
                 system: 0.0,
                 max_rss_kib: 0,
+                timed_out: false,
             },
             ok: served
                 .iter()
@@ -476,11 +486,23 @@ pub struct Usage {
     pub user: f64,
     pub system: f64,
     pub max_rss_kib: i64,
+    /// Killed at its time limit instead of exiting by itself.
+    pub timed_out: bool,
 }
 
 /// Runs `weir run` (with `extra` arguments) and reads that child's own
 /// CPU time (rusage) and peak RSS (its high-water mark while it ran).
 pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::Result<Usage> {
+    run_child_within(weir, pipeline, extra, None).await
+}
+
+/// `run_child`, the child killed once it has run for `limit`.
+pub async fn run_child_within(
+    weir: &Path,
+    pipeline: &Path,
+    extra: &[&str],
+    limit: Option<Duration>,
+) -> anyhow::Result<Usage> {
     let log = pipeline.with_file_name("weir-stderr.log");
     let mut command = std::process::Command::new(weir);
     command
@@ -488,21 +510,26 @@ pub async fn run_child(weir: &Path, pipeline: &Path, extra: &[&str]) -> anyhow::
         .args(extra)
         .arg(pipeline)
         .stderr(std::fs::File::create(&log)?);
-    measure_child(command, log, &[0, 2]).await
+    measure_child(command, log, &[0, 2], limit).await
 }
 
 /// Runs `command` to its end and reads that child's own CPU time (rusage)
 /// and peak RSS (its high-water mark while it ran), so every client the
 /// benchmark compares is measured the same way. `log` holds its stderr,
-/// shown when it exits with a status outside `ok`.
+/// shown when it exits with a status outside `ok`. A child still running
+/// after `limit` is killed, so that one that never ends cannot hang the
+/// benchmark.
 pub async fn measure_child(
     mut command: std::process::Command,
     log: PathBuf,
     ok: &'static [i32],
+    limit: Option<Duration>,
 ) -> anyhow::Result<Usage> {
     tokio::task::spawn_blocking(move || {
         let program = command.get_program().to_string_lossy().into_owned();
+        let started = Instant::now();
         let child = command.spawn()?;
+        let mut timed_out = false;
         let mut status = 0;
         // SAFETY: wait4 fills the zeroed rusage of the child we spawned and
         // have not waited for; std's Child is not used to wait afterwards.
@@ -526,11 +553,17 @@ pub async fn measure_child(
             if pid != 0 {
                 break pid;
             }
+            if !timed_out && limit.is_some_and(|limit| started.elapsed() >= limit) {
+                // SAFETY: the child has not been reaped yet, so its pid is
+                // still its own.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+                timed_out = true;
+            }
             std::thread::sleep(Duration::from_millis(20));
         };
         anyhow::ensure!(pid > 0, "wait4 failed: {}", std::io::Error::last_os_error());
         anyhow::ensure!(
-            libc::WIFEXITED(status) && ok.contains(&libc::WEXITSTATUS(status)),
+            timed_out || (libc::WIFEXITED(status) && ok.contains(&libc::WEXITSTATUS(status))),
             "{program} failed (status {status}): {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
@@ -538,6 +571,7 @@ pub async fn measure_child(
             user: usage.ru_utime.tv_sec as f64 + usage.ru_utime.tv_usec as f64 / 1e6,
             system: usage.ru_stime.tv_sec as f64 + usage.ru_stime.tv_usec as f64 / 1e6,
             max_rss_kib: peak_kib.unwrap_or(usage.ru_maxrss),
+            timed_out,
         })
     })
     .await?

@@ -8,9 +8,12 @@
 
 mod anthropic;
 mod batch;
+pub mod presets;
+mod queue;
 pub mod structured;
 
 pub use batch::BatchSeen;
+pub use queue::time_weighted_mean;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -46,7 +49,7 @@ pub enum Reply {
 pub enum Fault {
     /// This status with a JSON error body (and `Retry-After` for 429/503/529).
     Status(u16),
-    /// No answer for `Script::hang` (longer than the client's timeout).
+    /// No answer for `Script::hang` (up to `Script::hang_up_to`), then 504.
     Hang,
     /// The connection breaks right after the headers.
     Reset,
@@ -95,6 +98,17 @@ pub struct Script {
     /// header.
     pub reflect_headers: bool,
     pub hang: Duration,
+    /// When set, each hang lasts from `hang` to this, by a hash of the
+    /// request's sequence number.
+    pub hang_up_to: Option<Duration>,
+    /// Refusals that come and go whatever the load.
+    pub bursts: Option<Bursts>,
+    /// (share, latency): this share of the answers that succeed (0 to 1,
+    /// chosen by hash) comes after this latency instead of `latency`.
+    pub slow: Option<(f64, Duration)>,
+    /// Serves this many requests at once and queues the rest, first come,
+    /// first served, instead of refusing them (llama.cpp, vLLM, Ollama).
+    pub serve_at_once: Option<usize>,
     /// Every n-th request (1-based count) is answered with this status instead.
     pub fail_every: Option<(u64, u16)>,
     /// The `Retry-After` seconds sent with 429/503 answers.
@@ -147,6 +161,10 @@ impl Default for Script {
             fault_marker: None,
             reflect_headers: false,
             hang: Duration::from_secs(30),
+            hang_up_to: None,
+            bursts: None,
+            slow: None,
+            serve_at_once: None,
             fail_every: None,
             retry_after_seconds: Some(0.0),
             require_key: None,
@@ -163,6 +181,44 @@ impl Default for Script {
     }
 }
 
+/// Periods when a large share of requests is refused, as shared endpoints
+/// have them whatever one client's load: time is cut into windows, and a
+/// hash of a window's index makes it a burst or not, so every run meets the
+/// same schedule.
+#[derive(Debug, Clone)]
+pub struct Bursts {
+    pub window: Duration,
+    /// The share of windows (0 to 1) that are bursts.
+    pub chance: f64,
+    /// The share of requests (0 to 1, chosen by hash) refused in a burst.
+    pub share: f64,
+    /// The statuses refused with, chosen by hash.
+    pub statuses: Vec<u16>,
+}
+
+impl Bursts {
+    /// Whether `since_start` falls in a burst.
+    pub fn covers(&self, since_start: Duration) -> bool {
+        let index = since_start.as_nanos() / self.window.as_nanos().max(1);
+        roll(mix(index as u64 ^ BURST_WINDOW_SEED)) < self.chance
+    }
+
+    fn refusal(&self, since_start: Duration, sequence: u64) -> Option<u16> {
+        if self.statuses.is_empty() || !self.covers(since_start) {
+            return None;
+        }
+        let h = mix(sequence ^ BURST_REQUEST_SEED);
+        (roll(h) < self.share).then(|| self.statuses[(h % self.statuses.len() as u64) as usize])
+    }
+}
+
+// Each choice hashes the sequence number with its own seed, so that which
+// requests fail, burst, hang long or come slowly are unrelated.
+const BURST_WINDOW_SEED: u64 = 0x6275_7273_7477_696e;
+const BURST_REQUEST_SEED: u64 = 0x6275_7273_7472_6571;
+const HANG_SEED: u64 = 0x6861_6e67_6c65_6e67;
+const SLOW_SEED: u64 = 0x736c_6f77_616e_7377;
+
 /// One request as the server saw it: the ground truth tests compare against.
 #[derive(Debug, Clone)]
 pub struct Served {
@@ -170,8 +226,10 @@ pub struct Served {
     /// When the request arrived, since the server started.
     pub at: Duration,
     /// From the request's arrival to its answer (the scripted latency plus
-    /// the timer's slack).
+    /// the timer's slack, and `queued`).
     pub held: Duration,
+    /// How long it waited for a slot under `Script::serve_at_once`.
+    pub queued: Duration,
     pub status: u16,
     pub user_message: String,
     pub body: Value,
@@ -192,6 +250,7 @@ struct Shared {
     /// When `Script::outage_after` began.
     outage_began: std::sync::OnceLock<Instant>,
     log: Mutex<Vec<Served>>,
+    queue: Option<queue::ServingQueue>,
     /// `http://host:port`, for URLs the server hands out.
     root: String,
     batch: batch::Store,
@@ -213,9 +272,14 @@ impl TestLlmServer {
         let bucket = Bucket::full(script.requests_per_minute);
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let started = Instant::now();
+        let queue = script
+            .serve_at_once
+            .map(|at_once| queue::ServingQueue::new(at_once, started));
         let shared = Arc::new(Shared {
             script,
-            started: Instant::now(),
+            started,
+            queue,
             bucket: Mutex::new(bucket),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
@@ -256,6 +320,15 @@ impl TestLlmServer {
 
     pub fn peak_in_flight(&self) -> usize {
         self.shared.peak_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Under `Script::serve_at_once`: (time since start, requests waiting
+    /// from then on) at every change of the queue, for `time_weighted_mean`.
+    pub fn queue_changes(&self) -> Vec<(Duration, usize)> {
+        self.shared
+            .queue
+            .as_ref()
+            .map_or_else(Vec::new, queue::ServingQueue::changes)
     }
 
     /// Every batch created on any provider's route, oldest first, brought up
@@ -500,6 +573,11 @@ pub(crate) fn mix(sequence: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A hash as a number from 0 to 1.
+fn roll(hash: u64) -> f64 {
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
 fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault> {
     let kinds = &script.fault_kinds;
     if kinds.is_empty()
@@ -517,8 +595,7 @@ fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault
         return None;
     }
     let h = mix(sequence);
-    let roll = (h >> 11) as f64 / (1u64 << 53) as f64;
-    (roll < script.fault_rate)
+    (roll(h) < script.fault_rate)
         .then(|| script.fault_kinds[(h % script.fault_kinds.len() as u64) as usize])
 }
 
@@ -535,6 +612,14 @@ async fn answer(
 ) -> Response {
     let since_start = shared.started.elapsed();
     let script = &shared.script;
+    // Held until the answer is sent: a queueing server's slot.
+    let (_slot, queued) = match (&shared.queue, arrival) {
+        (Some(queue), Online) => {
+            let (slot, waited) = queue.enter().await;
+            (Some(slot), waited)
+        }
+        _ => (None, Duration::ZERO),
+    };
     let parsed: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let user_message = parsed["messages"]
         .as_array()
@@ -565,6 +650,7 @@ async fn answer(
             sequence,
             at: since_start,
             held: shared.started.elapsed() - since_start,
+            queued,
             status,
             user_message: user_message.clone(),
             body: wire.cloned().unwrap_or_else(|| parsed.clone()),
@@ -663,6 +749,15 @@ async fn answer(
             script.retry_after_seconds,
         );
     }
+    if let Some(status) = script
+        .bursts
+        .as_ref()
+        .filter(|_| arrival == Online)
+        .and_then(|bursts| bursts.refusal(since_start, sequence))
+    {
+        let fault = Fault::Status(status);
+        return faulty(shared, sequence, fault, &|status| log(status, Some(fault))).await;
+    }
     if let Some(marker) = &script.reject_marker
         && user_message.contains(marker.as_str())
     {
@@ -684,11 +779,12 @@ async fn answer(
                 None,
             );
         }
-        return faulty(shared, fault, &|status| log(status, Some(fault))).await;
+        return faulty(shared, sequence, fault, &|status| log(status, Some(fault))).await;
     }
     if arrival == Online {
-        let latency = match &script.slow_marker {
-            Some((marker, slow)) if user_message.contains(marker.as_str()) => *slow,
+        let latency = match (&script.slow_marker, script.slow) {
+            (Some((marker, slow)), _) if user_message.contains(marker.as_str()) => *slow,
+            (_, Some((share, slow))) if roll(mix(sequence ^ SLOW_SEED)) < share => slow,
             _ => script.latency,
         };
         tokio::time::sleep(latency).await;
@@ -746,7 +842,7 @@ async fn answer(
     response
 }
 
-async fn faulty(shared: &Shared, fault: Fault, log: &impl Fn(u16)) -> Response {
+async fn faulty(shared: &Shared, sequence: u64, fault: Fault, log: &impl Fn(u16)) -> Response {
     match fault {
         Fault::Status(status) => {
             log(status);
@@ -758,7 +854,7 @@ async fn faulty(shared: &Shared, fault: Fault, log: &impl Fn(u16)) -> Response {
             )
         }
         Fault::Hang => {
-            tokio::time::sleep(shared.script.hang).await;
+            tokio::time::sleep(hang_for(&shared.script, sequence)).await;
             log(504);
             error(504, "timeout", "Hung", None)
         }
@@ -813,6 +909,15 @@ async fn faulty(shared: &Shared, fault: Fault, log: &impl Fn(u16)) -> Response {
             )
                 .into_response()
         }
+    }
+}
+
+fn hang_for(script: &Script, sequence: u64) -> Duration {
+    match script.hang_up_to {
+        Some(up_to) if up_to > script.hang => {
+            script.hang + (up_to - script.hang).mul_f64(roll(mix(sequence ^ HANG_SEED)))
+        }
+        _ => script.hang,
     }
 }
 

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use std::time::Duration;
-use weir_test_llm_server::{Reply, Script, TestLlmServer};
+use weir_test_llm_server::{Reply, Script, TestLlmServer, presets};
 
 #[derive(Parser)]
 #[command(
@@ -23,6 +23,17 @@ struct Args {
     /// Answer 429 beyond this many requests at once.
     #[arg(long)]
     capacity: Option<usize>,
+    /// Serve this many requests at once and queue the rest, first come,
+    /// first served, as llama.cpp, vLLM and Ollama do (never 429).
+    #[arg(long)]
+    serve_at_once: Option<usize>,
+    /// Misbehave as a kind of endpoint does, around `--latency-ms`: chaos
+    /// (like ChaosLLM's preset: a quarter of requests fail with 429, 529,
+    /// 503, 502, 504, 500, resets, 30–60 s hangs, HTML or truncated bodies;
+    /// some answers slow); bursts (3 % of requests refused at any time, 80 %
+    /// in bursts covering a quarter of the time, whatever the load).
+    #[arg(long)]
+    preset: Option<String>,
     /// Batch APIs: seconds from a batch's creation to its end (0: done at
     /// the first look after it was made).
     #[arg(long, default_value_t = 0.0)]
@@ -53,17 +64,25 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("unknown --reply `{other}`: use echo, sentiment, structured or label")
         }
     };
+    let latency = Duration::from_millis(args.latency_ms);
+    let base = match args.preset.as_deref() {
+        None => Script::default(),
+        Some("chaos") => presets::chaos(latency),
+        Some("bursts") => presets::error_bursts(latency),
+        Some(other) => anyhow::bail!("unknown --preset `{other}`: use chaos or bursts"),
+    };
     let script = Script {
         reply,
-        latency: Duration::from_millis(args.latency_ms),
+        latency,
         capacity: args.capacity,
+        serve_at_once: args.serve_at_once,
         batch_seconds: Duration::try_from_secs_f64(args.batch_seconds).map_err(|_| {
             anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
         })?,
         batch_expire_marker: args.batch_expire_marker,
         refuse_json_schema: args.refuse_json_schema,
         cut_at_max_tokens: args.cut_at_max_tokens,
-        ..Script::default()
+        ..base
     };
     let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
     println!(

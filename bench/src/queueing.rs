@@ -1,0 +1,120 @@
+//! A server that never refuses but serves a few requests at once and queues
+//! the rest (llama.cpp, vLLM, Ollama), played by the test LLM server (a test
+//! tool, not a model): what weir's limit does to the queue, measured by the
+//! server.
+
+use crate::Args;
+use crate::runs::{Run, percentile, print_header, print_line, run};
+use std::path::Path;
+use std::time::Duration;
+use weir_test_llm_server::{Script, time_weighted_mean};
+
+const NAME: &str = "queueing server (serves 8 at once, 200 ms each, queues the rest, never 429)";
+const AT_ONCE: usize = 8;
+const LATENCY: Duration = Duration::from_millis(200);
+const ROWS: usize = 1000;
+
+pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|only| !NAME.contains(only.as_str()))
+    {
+        return Ok(());
+    }
+    let script = Script {
+        latency: LATENCY,
+        serve_at_once: Some(AT_ONCE),
+        ..Script::default()
+    };
+    let ideal = AT_ONCE as f64 / LATENCY.as_secs_f64();
+    println!("  {NAME}, {ROWS} rows");
+    println!(
+        "    ideal {ideal:.0} rows/s ({:.0} s); weir adaptive is not told the 8, weir fixed runs \
+         have adaptive_concurrency: false; each killed after 120 s:",
+        ROWS as f64 / ideal
+    );
+    let runs = [
+        ("weir adaptive (pool_size 128)", "pool_size: 128"),
+        (
+            "weir fixed 8 (told)",
+            "pool_size: 8\nadaptive_concurrency: false",
+        ),
+        (
+            "weir fixed 128",
+            "pool_size: 128\nadaptive_concurrency: false",
+        ),
+    ];
+    let mut done = Vec::new();
+    print_header();
+    for (label, endpoint) in runs {
+        let run = run(
+            weir,
+            label.into(),
+            ROWS,
+            &script,
+            endpoint,
+            Duration::from_secs(120),
+        )
+        .await?;
+        print_line(&run);
+        done.push(run);
+    }
+    println!(
+        "      {:<34} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "client", "% of ideal", "mean queue", "p50 ms", "p99 ms", "p50 wait"
+    );
+    for run in &done {
+        let seen = QueueFigures::of(run);
+        println!(
+            "      {:<34} {:>10.1}% {:>10.1} {:>10.0} {:>10.0} {:>10.0}",
+            run.label,
+            run.completed as f64 / run.wall / ideal * 100.0,
+            seen.mean_queue,
+            seen.p50_ms,
+            seen.p99_ms,
+            seen.p50_wait_ms
+        );
+    }
+    println!(
+        "      (server-side: p50/p99 from a request's arrival to its answer, queue included; \
+         wait: time in the queue; mean queue: time-weighted, from the first arrival to the \
+         last answer)"
+    );
+    Ok(())
+}
+
+struct QueueFigures {
+    mean_queue: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p50_wait_ms: f64,
+}
+
+impl QueueFigures {
+    fn of(run: &Run) -> Self {
+        let first = run.served.iter().map(|s| s.at).min().unwrap_or_default();
+        let last = run
+            .served
+            .iter()
+            .map(|s| s.at + s.held)
+            .max()
+            .unwrap_or_default();
+        let mut held: Vec<f64> = run
+            .served
+            .iter()
+            .map(|s| s.held.as_secs_f64() * 1e3)
+            .collect();
+        let mut waits: Vec<f64> = run
+            .served
+            .iter()
+            .map(|s| s.queued.as_secs_f64() * 1e3)
+            .collect();
+        Self {
+            mean_queue: time_weighted_mean(&run.queue_changes, first, last),
+            p50_ms: percentile(&mut held, 50.0),
+            p99_ms: percentile(&mut held, 99.0),
+            p50_wait_ms: percentile(&mut waits, 50.0),
+        }
+    }
+}

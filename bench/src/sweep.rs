@@ -1,0 +1,120 @@
+//! Endpoints that refuse or fail requests whatever the load: weir with its
+//! adaptive limit against weir held at fixed concurrencies (adaptive off),
+//! over the same rows and a fresh test LLM server (a test tool, not a model)
+//! with the same script each time.
+
+use crate::Args;
+use crate::runs::{Run, print_header, print_line, run};
+use std::path::Path;
+use std::time::Duration;
+use weir_test_llm_server::{Script, presets};
+
+struct Sweep {
+    name: &'static str,
+    rows: usize,
+    script: Script,
+    /// Each run is killed after this long.
+    limit: Duration,
+}
+
+/// The fixed concurrencies tried; the adaptive run's `pool_size` (its
+/// ceiling) is the largest.
+const FIXED: [usize; 4] = [16, 32, 64, 128];
+
+fn sweeps() -> Vec<Sweep> {
+    let latency = Duration::from_millis(100);
+    vec![
+        Sweep {
+            name: "random error bursts (3 % 429/529/503 at any time, 80 % in bursts a quarter \
+                   of the time), capacity 64, 100 ms latency",
+            rows: 2000,
+            script: Script {
+                capacity: Some(64),
+                ..presets::error_bursts(latency)
+            },
+            limit: Duration::from_secs(120),
+        },
+        Sweep {
+            name: "chaos preset (25 % faults: 429/529/503/502/504/500, resets, 1.25 % hangs of \
+                   30-60 s, HTML and truncated bodies; 3 % slow), 100 ms latency",
+            rows: 1000,
+            script: presets::chaos(latency),
+            limit: Duration::from_secs(180),
+        },
+    ]
+}
+
+pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
+    for sweep in sweeps() {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|only| !sweep.name.contains(only.as_str()))
+        {
+            continue;
+        }
+        run_sweep(weir, &sweep).await?;
+    }
+    Ok(())
+}
+
+async fn run_sweep(weir: &Path, sweep: &Sweep) -> anyhow::Result<()> {
+    println!("  {}, {} rows", sweep.name, sweep.rows);
+    println!(
+        "    adaptive (pool_size {} as its ceiling) and fixed (adaptive_concurrency: false), \
+         each killed after {:.0} s:",
+        FIXED[FIXED.len() - 1],
+        sweep.limit.as_secs_f64()
+    );
+    print_header();
+    let adaptive = run(
+        weir,
+        "weir adaptive".into(),
+        sweep.rows,
+        &sweep.script,
+        &format!("pool_size: {}", FIXED[FIXED.len() - 1]),
+        sweep.limit,
+    )
+    .await?;
+    print_line(&adaptive);
+    let mut fixed = Vec::new();
+    for concurrency in FIXED {
+        let run = run(
+            weir,
+            format!("weir fixed {concurrency}"),
+            sweep.rows,
+            &sweep.script,
+            &format!("pool_size: {concurrency}\nadaptive_concurrency: false"),
+            sweep.limit,
+        )
+        .await?;
+        print_line(&run);
+        fixed.push(run);
+    }
+    compare(&adaptive, &fixed);
+    Ok(())
+}
+
+/// The adaptive run's wall time over the best fixed run's, the fixed runs
+/// that did not finish left out.
+fn compare(adaptive: &Run, fixed: &[Run]) {
+    let Some(best) = fixed
+        .iter()
+        .filter(|r| !r.usage.timed_out)
+        .min_by(|a, b| a.wall.total_cmp(&b.wall))
+    else {
+        println!("    no fixed run finished");
+        return;
+    };
+    let ratio = adaptive.wall / best.wall;
+    let bound = match adaptive.usage.timed_out {
+        true => "> ",
+        false => "",
+    };
+    println!(
+        "    adaptive / best fixed ({}, {:.2} s) = {bound}{ratio:.2}×; adaptive rows ok {:.1} %",
+        best.label,
+        best.wall,
+        adaptive.ok_share() * 100.0
+    );
+}
