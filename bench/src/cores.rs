@@ -171,7 +171,7 @@ async fn run_once(
         .stderr(std::fs::File::create(dir.join("weir-stderr.log"))?);
     let server_before = server.cpu_seconds();
     let started = Instant::now();
-    let usage = measure_child(command, dir.join("weir-stderr.log"), &[0]).await?;
+    let usage = measure_child(command, dir.join("weir-stderr.log"), &[0], None).await?;
     let wall = started.elapsed().as_secs_f64();
     let server_cpu = server.cpu_seconds() - server_before;
     let written = csv::Reader::from_path(dir.join("out.csv"))?
