@@ -245,7 +245,7 @@ async fn an_on_error_sink_on_a_full_disk_stops_the_run_naming_it_and_the_run_res
 
 #[tokio::test]
 async fn an_audit_database_on_a_full_disk_stops_the_run_naming_it_and_the_run_resumes() {
-    let Some(stopped) = fill_then_resume(Full::AuditDatabase, 4 << 20).await else {
+    let Some(stopped) = fill_then_resume(Full::AuditDatabase, 1 << 20).await else {
         return;
     };
     names_the_file(&stopped, "cannot write the audit database ");
