@@ -35,11 +35,7 @@ const MODES: [Mode; 3] = [
 ];
 
 pub async fn report(args: &Args) -> anyhow::Result<()> {
-    if args
-        .only
-        .as_ref()
-        .is_some_and(|only| !NAME.contains(only.as_str()))
-    {
+    if args.skips(NAME) {
         return Ok(());
     }
     let weir = args.weir.clone().unwrap_or_else(default_weir);

@@ -10,11 +10,7 @@ use std::time::{Duration, Instant};
 use weir_test_llm_server::{Script, TestLlmServer};
 
 pub async fn report(args: &Args) -> anyhow::Result<()> {
-    if args
-        .only
-        .as_ref()
-        .is_some_and(|only| !"batch api".contains(only.as_str()))
-    {
+    if args.skips("batch api") {
         return Ok(());
     }
     let weir = args.weir.clone().unwrap_or_else(default_weir);

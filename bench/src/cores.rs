@@ -61,11 +61,7 @@ fn guests() -> Vec<Guest> {
 }
 
 pub async fn report(args: &Args) -> anyhow::Result<()> {
-    if args
-        .only
-        .as_ref()
-        .is_some_and(|only| !NAME.contains(only.as_str()))
-    {
+    if args.skips(NAME) {
         return Ok(());
     }
     println!("\n  {NAME}");

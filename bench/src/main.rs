@@ -29,6 +29,15 @@ pub struct Args {
     weir: Option<std::path::PathBuf>,
 }
 
+impl Args {
+    /// Whether `--only` leaves out the scenario called `name`.
+    pub fn skips(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_some_and(|only| !name.contains(only.as_str()))
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();

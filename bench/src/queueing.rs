@@ -15,11 +15,7 @@ const LATENCY: Duration = Duration::from_millis(200);
 const ROWS: usize = 1000;
 
 pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
-    if args
-        .only
-        .as_ref()
-        .is_some_and(|only| !NAME.contains(only.as_str()))
-    {
+    if args.skips(NAME) {
         return Ok(());
     }
     let script = Script {

@@ -46,11 +46,7 @@ fn sweeps() -> Vec<Sweep> {
 
 pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
     for sweep in sweeps() {
-        if args
-            .only
-            .as_ref()
-            .is_some_and(|only| !sweep.name.contains(only.as_str()))
-        {
+        if args.skips(sweep.name) {
             continue;
         }
         run_sweep(weir, &sweep).await?;

@@ -130,11 +130,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     );
     println!("\nscenarios ({})", weir.display());
     for scenario in scenarios(args.rows) {
-        if args
-            .only
-            .as_ref()
-            .is_some_and(|only| !scenario.name.contains(only.as_str()))
-        {
+        if args.skips(scenario.name) {
             continue;
         }
         run_scenario(&weir, scenario).await?;
