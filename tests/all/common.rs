@@ -155,6 +155,31 @@ pub fn read_jsonl(ws: &Workspace, name: &str) -> Vec<serde_json::Map<String, ser
         .collect()
 }
 
+/// The chaos guest: a test tool that misbehaves on purpose where a row asks.
+pub const CHAOS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../guests/dist/test-chaos.wasm"
+);
+
+/// Source id → error code, of the rows in the `failed.jsonl` error sink.
+pub fn failures(ws: &Workspace) -> std::collections::BTreeMap<i64, String> {
+    read_jsonl(ws, "failed.jsonl")
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["_error_code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The one value `sql` selects from the workspace's default audit database.
+pub fn audit_value<T: rusqlite::types::FromSql>(ws: &Workspace, sql: &str) -> T {
+    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -29,16 +29,6 @@ fn calls_on_guest_threads(out: &std::process::Output, node: &str) -> u64 {
     after.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-const CHAOS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../guests/dist/test-chaos.wasm"
-);
-
-fn audit_count(ws: &Workspace, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    conn.query_row(sql, [], |r| r.get(0)).unwrap()
-}
-
 #[tokio::test]
 async fn limits_hold_on_the_guest_threads_and_each_failing_row_fails_alone() {
     let ws = Workspace::new();
@@ -72,17 +62,8 @@ async fn limits_hold_on_the_guest_threads_and_each_failing_row_fails_alone() {
         .collect();
     assert_eq!(written, vec![0, 2, 5]);
     assert_eq!(calls_on_guest_threads(&out, "chaos"), 6);
-    let failed: BTreeMap<i64, String> = read_jsonl(&ws, "failed.jsonl")
-        .iter()
-        .map(|r| {
-            (
-                r["id"].as_i64().unwrap(),
-                r["_error_code"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
     assert_eq!(
-        failed,
+        failures(&ws),
         BTreeMap::from([
             (1, "guest_cpu_limit".to_string()),
             (3, "guest_memory_limit".to_string()),
@@ -118,7 +99,7 @@ async fn rows_answered_out_of_order_on_the_guest_threads_are_written_in_source_o
     assert_eq!(ids, (0..400).collect::<Vec<_>>());
     assert_csv_rows_echoed(&ws);
     assert_eq!(
-        audit_count(
+        audit_value::<i64>(
             &ws,
             "SELECT count(*) FROM row_outcomes WHERE outcome = 'completed'"
         ),

@@ -34,11 +34,6 @@ fn server_cost(server: &TestLlmServer) -> f64 {
         .sum()
 }
 
-fn audit_f64(ws: &Workspace, sql: &str) -> f64 {
-    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    conn.query_row(sql, [], |r| r.get(0)).unwrap()
-}
-
 #[tokio::test]
 async fn the_cost_is_the_server_counted_tokens_times_the_price() {
     let server = TestLlmServer::start(Script::default()).await.unwrap();
@@ -53,12 +48,12 @@ async fn the_cost_is_the_server_counted_tokens_times_the_price() {
     assert_eq!(out.status.code(), Some(0), "{summary}");
     let expected = server_cost(&server);
     assert!(expected > 0.0);
-    let recorded = audit_f64(&ws, "SELECT sum(cost_usd) FROM calls");
+    let recorded = audit_value::<f64>(&ws, "SELECT sum(cost_usd) FROM calls");
     assert!(
         (recorded - expected).abs() < 1e-12,
         "{recorded} vs {expected}"
     );
-    let run = audit_f64(&ws, "SELECT cost_usd FROM runs");
+    let run = audit_value::<f64>(&ws, "SELECT cost_usd FROM runs");
     assert!((run - expected).abs() < 1e-12);
     let shown =
         format!("cost     ${expected:.6} (endpoint llm ${expected:.6}; node ask ${expected:.6})");
@@ -136,7 +131,7 @@ async fn a_budget_of_half_the_cost_stops_about_half_way_and_a_resume_finishes_ex
     let rows = read_csv(&ws.path("out.csv"));
     let ids: Vec<usize> = rows[1..].iter().map(|r| r[0].parse().unwrap()).collect();
     assert_eq!(ids, (0..ROWS).collect::<Vec<_>>());
-    let total = audit_f64(&ws, "SELECT cost_usd FROM runs");
+    let total = audit_value::<f64>(&ws, "SELECT cost_usd FROM runs");
     assert!((total - full).abs() < 1e-9, "{total} vs {full}");
 }
 
@@ -164,7 +159,7 @@ async fn a_second_identical_run_is_answered_from_the_cache_and_writes_the_same_b
     let saved = format!("cache    30 answers from the cache, not sent; ${paid:.6} saved");
     assert!(summary.contains(&saved), "expected `{saved}` in: {summary}");
     assert!(!summary.contains("temperature above 0"), "{summary}");
-    let cached = audit_f64(
+    let cached = audit_value::<f64>(
         &ws,
         "SELECT CAST(sum(cached) AS REAL) FROM calls WHERE run_id = 2",
     );

@@ -9,29 +9,11 @@ use std::process::Output;
 use std::time::Duration;
 use weir_test_llm_server::{Script, TestLlmServer};
 
-const CHAOS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../guests/dist/test-chaos.wasm"
-);
-
 fn pipeline(transform: &str) -> String {
     format!(
         "source:\n  path: rows.jsonl\ntransforms:\n  - name: chaos\n    component: {CHAOS}\n\
          {transform}    on_error:\n      path: failed.jsonl\nsinks:\n  - path: out.jsonl\n"
     )
-}
-
-/// Source id → error code, of the rows in the `on_error` sink.
-fn failures(ws: &Workspace) -> BTreeMap<i64, String> {
-    read_jsonl(ws, "failed.jsonl")
-        .iter()
-        .map(|r| {
-            (
-                r["id"].as_i64().unwrap(),
-                r["_error_code"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test]
