@@ -170,7 +170,8 @@ impl Endpoint {
         let result = match result {
             Err(failure) if verdict == Verdict::Hung => Err(AttemptFailure {
                 message: format!(
-                    "no answer within {:.1} s, while the endpoint's other answers came in time                      (adaptive_attempt_timeout): given up for hung",
+                    "no answer within {:.1} s, while the endpoint's other answers came in time \
+                     (adaptive_attempt_timeout): given up for hung",
                     total.as_secs_f64()
                 ),
                 ..failure
