@@ -25,6 +25,7 @@
 //! - Growth after slow start follows TCP BIC: half the distance back to the
 //!   limit of the last cut per round trip, then slow probing beyond it that
 //!   doubles every round trip.
+//! - A run's last stretch does not probe beyond the edge (`tail_limit`).
 //!
 //! Nothing here reads a clock: every event carries its instant, so the
 //! controller is tested on simulated time.
@@ -78,6 +79,9 @@ const FLOOR_SHARE: f64 = 0.5;
 /// share of it: the endpoint may have less room today, and growth takes it
 /// back to the learned limit within a few round trips.
 const LEARNED_SHARE: f64 = 0.75;
+/// How lately a refusal must have come for the edge it found to hold in a
+/// run's last stretch.
+const EDGE_FRESH: Duration = Duration::from_secs(2);
 /// The window before any round trip has been measured.
 const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
 
@@ -156,6 +160,7 @@ pub struct Controller {
     pending: Option<Cut>,
     /// The share refused in the last whole window.
     last_loss: Option<f64>,
+    last_refusal: Option<Instant>,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -188,6 +193,7 @@ impl Controller {
             last_saturated: now,
             pending: None,
             last_loss: None,
+            last_refusal: None,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -234,6 +240,22 @@ impl Controller {
         self.limit.floor() as usize
     }
 
+    /// Requests allowed in flight in a run's last stretch (no new request
+    /// comes, and those in line go out before a refused one would be sent
+    /// again): one slot below the edge, if a refusal found it lately. A
+    /// refusal there would park its request for the server's Retry-After
+    /// with nothing else left to send, holding the whole run open: probing
+    /// beyond the edge only pays while a backlog keeps every slot in use.
+    pub fn tail_limit(&self, now: Instant) -> usize {
+        let fresh = self
+            .last_refusal
+            .is_some_and(|at| now.saturating_duration_since(at) < EDGE_FRESH);
+        if self.slow_start || !fresh || !self.at_edge() {
+            return self.limit();
+        }
+        (self.limit.min(self.ceiling.floor() - 1.0).max(1.0)) as usize
+    }
+
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_secs_f64)
     }
@@ -257,6 +279,9 @@ impl Controller {
         let before = self.limit;
         if signal == Signal::Success {
             self.on_success(now, sent_at);
+        }
+        if signal == Signal::Overload {
+            self.last_refusal = Some(now);
         }
         self.tally(sent_at, signal, now);
         // Losses are acted on at once, as the first answers that show them
@@ -448,6 +473,12 @@ impl Controller {
         lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
     }
 
+    /// Whether the limit is within a slot of where the last cut found the
+    /// edge.
+    fn at_edge(&self) -> bool {
+        (self.ceiling - 1.0..=self.ceiling + 1.0).contains(&self.limit)
+    }
+
     /// The round trip's ratio to the no-load one, when it says the server
     /// queues. Learns the no-load estimate on the way.
     fn queueing(&mut self, rtt: f64) -> Option<f64> {
@@ -483,10 +514,7 @@ impl Controller {
         // enough. A share (at least `MIN_CUT`) each time cost a run against
         // a capped server 3 % of its capacity, the limit climbing back for
         // several round trips.
-        let at_edge = !self.slow_start
-            && lost <= 1
-            && first.is_none()
-            && (self.ceiling - 1.0..=self.ceiling + 1.0).contains(&self.limit);
+        let at_edge = !self.slow_start && lost <= 1 && first.is_none() && self.at_edge();
         let trigger = f64::from(lost) / self.limit;
         self.pending = Some(match first {
             Some(first) => first,

@@ -4,6 +4,7 @@
 //! retried request already waited its turn once, and while it waits again its
 //! row holds back every row behind it in the ordered output.
 
+use super::arrivals::Arrivals;
 use super::clock;
 use super::controller::{Controller, Signal};
 use super::pacing::Pacing;
@@ -30,6 +31,10 @@ struct State {
     waiting: VecDeque<Waiter>,
     retries_waiting: VecDeque<Waiter>,
     next_waiter: u64,
+    /// New requests, not retries: once they stop, the run is draining.
+    arrivals: Arrivals,
+    /// How long the last refused request waits before it is sent again.
+    refusal_wait: Duration,
 }
 
 pub struct Permit<'a> {
@@ -68,6 +73,8 @@ impl Limiter {
                 waiting: VecDeque::new(),
                 retries_waiting: VecDeque::new(),
                 next_waiter: 0,
+                arrivals: Arrivals::default(),
+                refusal_wait: Duration::ZERO,
             }),
         }
     }
@@ -80,6 +87,9 @@ impl Limiter {
     /// up when `deadline` passes.
     pub async fn acquire(&self, deadline: Option<Instant>, retry: bool) -> Option<Permit<'_>> {
         let lane = if retry { Lane::Retry } else { Lane::New };
+        if lane == Lane::New {
+            self.lock().arrivals.arrived(Instant::now());
+        }
         let mut place: Option<Place<'_>> = None;
         loop {
             let turn = self.lock().turn(lane, place.as_ref().map(|p| p.id));
@@ -126,6 +136,13 @@ impl Limiter {
     /// See `Controller::start_from`.
     pub fn start_from(&self, learned: u32, floor: u32) -> u32 {
         self.lock().controller.start_from(learned, floor)
+    }
+
+    /// A refused request waits `wait` (the server's Retry-After, or the
+    /// back-off) before it is sent again: what a refusal costs a run in
+    /// its last stretch.
+    pub fn refusal_waits(&self, wait: Duration) {
+        self.lock().refusal_wait = wait;
     }
 
     /// Stops every dispatch until `until` (an exhausted rate-limit window).
@@ -236,7 +253,24 @@ impl State {
     }
 
     fn has_room(&self) -> bool {
-        self.in_flight < self.controller.limit()
+        let now = Instant::now();
+        let limit = if self.in_tail(now) {
+            self.controller.tail_limit(now)
+        } else {
+            self.controller.limit()
+        };
+        self.in_flight < limit
+    }
+
+    /// Whether the run is in its last stretch at this endpoint: no new
+    /// request comes, and those in line all go out before a request refused
+    /// now would be sent again.
+    fn in_tail(&self, now: Instant) -> bool {
+        let rtt = self.controller.srtt();
+        let line = self.waiting.len() + self.retries_waiting.len();
+        let rounds = line as f64 / self.controller.limit().max(1) as f64;
+        rtt.is_some_and(|rtt| rtt.mul_f64(rounds) < self.refusal_wait)
+            && self.arrivals.stopped(now, rtt)
     }
 
     /// Whether a request may take a free slot now: the first retry in line,

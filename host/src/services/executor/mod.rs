@@ -14,6 +14,7 @@
 
 mod admission;
 pub(crate) mod anthropic;
+mod arrivals;
 mod attempt_timeout;
 mod breaker;
 mod clock;

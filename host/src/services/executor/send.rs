@@ -96,6 +96,9 @@ impl Endpoint {
                 cost,
             });
             if let (Some(wait), Some(cause)) = (wait, cause) {
+                if cause == RetryCause::Capacity {
+                    self.limiter.refusal_waits(wait);
+                }
                 policy.retried(cause, self.breaker.state() == BreakerState::Closed);
                 self.stats.retried(cause);
                 tokio::time::sleep(wait).await;

@@ -23,6 +23,10 @@ struct Args {
     /// Answer 429 beyond this many requests at once.
     #[arg(long)]
     capacity: Option<usize>,
+    /// Seconds a 429 beyond `--capacity` asks the client to wait
+    /// (`Retry-After`; 0 by default).
+    #[arg(long)]
+    retry_after: Option<f64>,
     /// Serve this many requests at once and queue the rest, first come,
     /// first served, as llama.cpp, vLLM and Ollama do (never 429).
     #[arg(long)]
@@ -75,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
         reply,
         latency,
         capacity: args.capacity,
+        retry_after_seconds: args.retry_after.or(base.retry_after_seconds),
         serve_at_once: args.serve_at_once,
         batch_seconds: Duration::try_from_secs_f64(args.batch_seconds).map_err(|_| {
             anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
