@@ -161,6 +161,9 @@ pub struct Controller {
     /// The share refused in the last whole window.
     last_loss: Option<f64>,
     last_refusal: Option<Instant>,
+    /// Slow start ended on a delayed answer, and the smoothed round trip
+    /// has not yet confirmed the queue: where the limit goes once it does.
+    queue_met: Option<f64>,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -194,6 +197,7 @@ impl Controller {
             pending: None,
             last_loss: None,
             last_refusal: None,
+            queue_met: None,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -329,10 +333,42 @@ impl Controller {
         if beyond(rtt) && self.slow_start {
             self.slow_start = false;
             self.ceiling = self.limit;
+            self.queue_met = self.base_rtt.map(|base| {
+                let then = self.limit_at(sent_at);
+                (then * (TOLERANCE * base / rtt).max(MAX_QUEUE_CUT)).max(1.0)
+            });
+        }
+        if queue_building && let Some(target) = self.queue_met.take() {
+            self.back_to_queue_start(now, target);
         }
         if self.last_saturated >= sent_at && !queue_building {
             self.grow();
         }
+    }
+
+    /// Slow start grew the limit for a round trip after the queue began:
+    /// the first answers to meet the queue were sent at a smaller limit,
+    /// and slow start has tripled it since. Judged by window, that
+    /// overshoot (28 requests against a server serving 8 at once) stood for
+    /// seconds before the first window after it closed. So once the
+    /// smoothed round trip confirms the queue, the limit goes back to what
+    /// it was when the first delayed request was sent, shrunk as a queue
+    /// cut shrinks it (`target`).
+    fn back_to_queue_start(&mut self, now: Instant, target: f64) {
+        if target < self.limit {
+            self.limit = target;
+            self.ceiling = target;
+            self.changed(now);
+        }
+    }
+
+    /// The whole-number limit in force at `at`.
+    fn limit_at(&self, at: Instant) -> f64 {
+        let since = at.saturating_duration_since(self.started);
+        let i = self.changes.partition_point(|(t, _)| *t <= since);
+        self.changes
+            .get(i.saturating_sub(1))
+            .map_or(self.initial, |(_, limit)| f64::from(*limit))
     }
 
     /// The shortest round trip of the first answers, sent before any load
