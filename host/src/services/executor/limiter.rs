@@ -35,6 +35,8 @@ struct State {
     arrivals: Arrivals,
     /// How long the last refused request waits before it is sent again.
     refusal_wait: Duration,
+    /// Refused requests waiting to be sent again.
+    waiting_out_refusals: usize,
 }
 
 pub struct Permit<'a> {
@@ -75,6 +77,7 @@ impl Limiter {
                 next_waiter: 0,
                 arrivals: Arrivals::default(),
                 refusal_wait: Duration::ZERO,
+                waiting_out_refusals: 0,
             }),
         }
     }
@@ -139,10 +142,14 @@ impl Limiter {
     }
 
     /// A refused request waits `wait` (the server's Retry-After, or the
-    /// back-off) before it is sent again: what a refusal costs a run in
-    /// its last stretch.
-    pub fn refusal_waits(&self, wait: Duration) {
-        self.lock().refusal_wait = wait;
+    /// back-off) before it is sent again, until the guard returned is
+    /// dropped: what a refusal costs a run in its last stretch, and a
+    /// request still to come although it is not in line.
+    pub fn refusal_wait(&self, wait: Duration) -> RefusalWait<'_> {
+        let mut s = self.lock();
+        s.refusal_wait = wait;
+        s.waiting_out_refusals += 1;
+        RefusalWait { limiter: self }
     }
 
     /// Stops every dispatch until `until` (an exhausted rate-limit window).
@@ -263,11 +270,14 @@ impl State {
     }
 
     /// Whether the run is in its last stretch at this endpoint: no new
-    /// request comes, and those in line all go out before a request refused
-    /// now would be sent again.
+    /// request comes, and those still to send (in line, or waiting out a
+    /// refusal) all go out before a request refused now would be sent
+    /// again. Rows whose requests wait out refusals hold back new rows, so
+    /// new requests stop then too; counting them keeps a spell of refusals
+    /// from passing for the end of the run.
     fn in_tail(&self, now: Instant) -> bool {
         let rtt = self.controller.srtt();
-        let line = self.waiting.len() + self.retries_waiting.len();
+        let line = self.waiting.len() + self.retries_waiting.len() + self.waiting_out_refusals;
         let rounds = line as f64 / self.controller.limit().max(1) as f64;
         rtt.is_some_and(|rtt| rtt.mul_f64(rounds) < self.refusal_wait)
             && self.arrivals.stopped(now, rtt)
@@ -298,6 +308,17 @@ impl State {
         if let Some(next) = self.retries_waiting.front().or(self.waiting.front()) {
             next.wake.notify_one();
         }
+    }
+}
+
+/// A refused request waiting to be sent again; see `Limiter::refusal_wait`.
+pub struct RefusalWait<'a> {
+    limiter: &'a Limiter,
+}
+
+impl Drop for RefusalWait<'_> {
+    fn drop(&mut self) {
+        self.limiter.lock().waiting_out_refusals -= 1;
     }
 }
 

@@ -96,9 +96,8 @@ impl Endpoint {
                 cost,
             });
             if let (Some(wait), Some(cause)) = (wait, cause) {
-                if cause == RetryCause::Capacity {
-                    self.limiter.refusal_waits(wait);
-                }
+                let _waiting_out =
+                    (cause == RetryCause::Capacity).then(|| self.limiter.refusal_wait(wait));
                 policy.retried(cause, self.breaker.state() == BreakerState::Closed);
                 self.stats.retried(cause);
                 tokio::time::sleep(wait).await;

@@ -33,6 +33,18 @@ enum Server {
         every: Duration,
         burst: Duration,
     },
+    /// Capped at `cap`; each `window` of time is a burst by a draw of
+    /// `chance` per cent, in which `share` per cent of the requests are
+    /// refused whatever the load; `outside` per cent between bursts. The
+    /// test LLM server's `bursts` preset: 1 s, 25 %, 80 %, 3 %.
+    WindowBursts {
+        cap: usize,
+        latency: Duration,
+        window: Duration,
+        chance: u64,
+        share: u64,
+        outside: u64,
+    },
     /// Capped at `cap`, and per mille of requests, chosen by a hash:
     /// `refused` get 429/503/529 at once, `failed` 500/502/504 or a reset
     /// at once, `hung` no answer for 30 to 60 s, holding their slot, and
@@ -167,6 +179,23 @@ impl Sim {
                 let one_in = if bursting { 2 } else { 50 };
                 if mix(n).is_multiple_of(one_in) {
                     tokio::time::sleep(refuse).await;
+                    return Signal::Overload;
+                }
+                self.capped(*cap, in_flight, *latency).await
+            }
+            Server::WindowBursts {
+                cap,
+                latency,
+                window,
+                chance,
+                share,
+                outside,
+            } => {
+                let since = Instant::now() - self.started;
+                let index = (since.as_nanos() / window.as_nanos()) as u64;
+                let bursting = mix(index ^ 0xB0B5) % 100 < *chance;
+                let refused = if bursting { share } else { outside };
+                if mix(n) % 100 < *refused {
                     return Signal::Overload;
                 }
                 self.capped(*cap, in_flight, *latency).await
@@ -306,9 +335,8 @@ async fn drive(sim: &Rc<Sim>, pool: usize, workers: usize, run: Duration) -> Rc<
                         break;
                     }
                     let backoff = Duration::from_millis(75) * (1 << retries.min(7));
-                    if signal == Signal::Overload {
-                        limiter.refusal_waits(backoff);
-                    }
+                    let _waiting_out =
+                        (signal == Signal::Overload).then(|| limiter.refusal_wait(backoff));
                     tokio::time::sleep(backoff).await;
                     retries += 1;
                 }
@@ -460,9 +488,8 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Durati
                             break;
                         }
                         let backoff = Duration::from_millis(75) * (1 << retries.min(7));
-                        if signal == Signal::Overload {
-                            limiter.refusal_waits(backoff);
-                        }
+                        let _waiting_out =
+                            (signal == Signal::Overload).then(|| limiter.refusal_wait(backoff));
                         tokio::time::sleep(backoff).await;
                         retries += 1;
                     }
@@ -628,8 +655,9 @@ async fn request(
                 capacity_retries += 1;
                 let backoff = Duration::from_millis(75) * (1 << capacity_retries.min(7));
                 let wait = sim.retry_after.map_or(backoff, |r| r.max(backoff));
-                limiter.refusal_waits(wait);
-                wait
+                let _waiting_out = limiter.refusal_wait(wait);
+                tokio::time::sleep(wait).await;
+                continue;
             }
             Ok(Signal::Neutral) if retries < MAX_RETRIES => {
                 retries += 1;
@@ -648,6 +676,33 @@ async fn request(
         };
         tokio::time::sleep(backoff).await;
     }
+}
+
+/// `against_fixed` with a wire of 1.5 ms each way and refusals that ask
+/// for `retry_after`.
+async fn against_fixed_over_wire(
+    server: &Server,
+    rows: usize,
+    fixed: &[usize],
+    retry_after: Duration,
+) -> (Finished, (usize, Finished)) {
+    let sim = || {
+        Sim::over_wire(
+            server.clone(),
+            Duration::from_micros(1500),
+            Some(retry_after),
+        )
+    };
+    let adaptive = run_rows(&sim(), Concurrency::Adaptive, rows).await;
+    let mut best: Option<(usize, Finished)> = None;
+    for &n in fixed {
+        let run = run_rows(&sim(), Concurrency::Fixed(n), rows).await;
+        eprintln!("  fixed {n}: {:.1} s, {} ok", run.seconds, run.ok);
+        if best.is_none_or(|(_, b)| run.seconds < b.seconds) {
+            best = Some((n, run));
+        }
+    }
+    (adaptive, best.unwrap())
 }
 
 /// Runs `rows` with the adaptive limit and with each fixed concurrency in
@@ -683,6 +738,35 @@ async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
     let ratio = adaptive.seconds / best.seconds;
     eprintln!(
         "bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
+        adaptive.seconds, best.seconds
+    );
+    assert_eq!(adaptive.ok, rows);
+    assert!(
+        ratio <= 1.5,
+        "adaptive took {ratio:.2} times the best fixed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+#[ignore = "open: refusals that come back in a millisecond cut the limit to 1 within a \
+            burst (2.5 times the best fixed concurrency here; 1.5 times on real sockets)"]
+async fn dense_error_bursts_cost_little_against_the_best_fixed_concurrency() {
+    // Four in five requests refused for a second at a time, a quarter of
+    // the time, each refusal asking for a second's wait.
+    let server = Server::WindowBursts {
+        cap: 64,
+        latency: LATENCY,
+        window: Duration::from_secs(1),
+        chance: 25,
+        share: 80,
+        outside: 3,
+    };
+    let rows = 10_000;
+    let (adaptive, (n, best)) =
+        against_fixed_over_wire(&server, rows, &[16, 32, 64, 128], Duration::from_secs(1)).await;
+    let ratio = adaptive.seconds / best.seconds;
+    eprintln!(
+        "dense bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
         adaptive.seconds, best.seconds
     );
     assert_eq!(adaptive.ok, rows);
