@@ -7,6 +7,7 @@ mod audit;
 mod batch;
 mod cores;
 mod guest;
+mod memory;
 mod peers;
 mod queueing;
 mod runs;
@@ -47,5 +48,6 @@ async fn main() -> anyhow::Result<()> {
     audit::report(&args).await?;
     batch::report(&args).await?;
     cores::report(&args).await?;
+    memory::report(&args).await?;
     Ok(())
 }
