@@ -6,6 +6,7 @@
 mod audit;
 mod batch;
 mod guest;
+mod memory;
 mod peers;
 mod throughput;
 
@@ -33,5 +34,6 @@ async fn main() -> anyhow::Result<()> {
     throughput::report(&args).await?;
     audit::report(&args).await?;
     batch::report(&args).await?;
+    memory::report(&args).await?;
     Ok(())
 }

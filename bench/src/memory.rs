@@ -1,0 +1,106 @@
+//! Peak memory against the rows of a run and against the pool size, online,
+//! with the test LLM server (a test tool, not a model) slow enough that the
+//! pool stays full: every slot of the pool holds a row waiting on its answer.
+//! What a run holds should not grow with its rows, and should grow little
+//! with the rows in flight.
+
+use crate::Args;
+use crate::throughput::{Usage, default_weir, run_child, write_pipeline};
+use std::time::{Duration, Instant};
+use weir_test_llm_server::{Script, TestLlmServer};
+
+const NAME: &str = "memory: rows and pool size";
+
+struct Run {
+    rows: usize,
+    pool: usize,
+    /// Long enough that the pool is full: rows/s stay under the CPU's reach.
+    latency: Duration,
+}
+
+pub async fn report(args: &Args) -> anyhow::Result<()> {
+    if args
+        .only
+        .as_ref()
+        .is_some_and(|only| !NAME.contains(only.as_str()))
+    {
+        return Ok(());
+    }
+    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    println!("\n{NAME}: online, no cap, peak RSS is weir's VmHWM");
+    let ms = Duration::from_millis;
+    let by_rows = [
+        Run {
+            rows: 10_000,
+            pool: 64,
+            latency: ms(20),
+        },
+        Run {
+            rows: 100_000,
+            pool: 64,
+            latency: ms(20),
+        },
+    ];
+    let by_pool = [
+        Run {
+            rows: 20_000,
+            pool: 16,
+            latency: ms(20),
+        },
+        Run {
+            rows: 20_000,
+            pool: 128,
+            latency: ms(100),
+        },
+        Run {
+            rows: 20_000,
+            pool: 1024,
+            latency: ms(200),
+        },
+    ];
+    let mut rows_rss = Vec::new();
+    for run in &by_rows {
+        rows_rss.push(measure(&weir, run).await?);
+    }
+    let mut pool_rss = Vec::new();
+    for run in &by_pool {
+        pool_rss.push(measure(&weir, run).await?);
+    }
+    println!(
+        "  ratios: 100k/10k rows {:.2}, pool 1024/16 {:.2}",
+        rows_rss[1] / rows_rss[0],
+        pool_rss[2] / pool_rss[0]
+    );
+    Ok(())
+}
+
+/// Runs `run` and prints its line; returns its peak RSS in MiB.
+async fn measure(weir: &std::path::Path, run: &Run) -> anyhow::Result<f64> {
+    let server = TestLlmServer::start(Script {
+        latency: run.latency,
+        ..Script::default()
+    })
+    .await?;
+    let dir = std::env::temp_dir().join(format!("weir-bench-memory-{}", std::process::id()));
+    let endpoint = format!("pool_size: {}", run.pool);
+    let pipeline = write_pipeline(&dir, run.rows, &server.base_url(), &endpoint)?;
+    let started = Instant::now();
+    let usage: Usage = run_child(weir, &pipeline, &[]).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let written = csv::Reader::from_path(dir.join("out.csv"))?
+        .records()
+        .count();
+    let rss = usage.max_rss_kib as f64 / 1024.0;
+    println!(
+        "  {:>6} rows, pool {:>4}, {:>3} ms latency: wall {wall:.1} s, {written} rows written, \
+         {} requests, peak {} in flight at the server; CPU {:.3} ms per row, peak RSS {rss:.0} MiB",
+        run.rows,
+        run.pool,
+        run.latency.as_millis(),
+        server.served().len(),
+        server.peak_in_flight(),
+        (usage.user + usage.system) * 1e3 / run.rows as f64,
+    );
+    std::fs::remove_dir_all(&dir)?;
+    Ok(rss)
+}
