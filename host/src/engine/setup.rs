@@ -235,6 +235,9 @@ impl Node {
     /// The node `config` describes, around its configured instances.
     /// `batch_mode`: it is granted a Batch API endpoint.
     pub fn new(config: NodeConfig, runtime: NodeRuntime, batch_mode: bool) -> Self {
+        if batch_mode {
+            runtime.keep_instances_suspended();
+        }
         Self {
             config,
             traps_in_a_row: Default::default(),
