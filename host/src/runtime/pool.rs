@@ -397,11 +397,6 @@ impl NodeRuntime {
         self.suspend.set_limit(usize::MAX);
     }
 
-    /// How many instances may wait on the network before rows park.
-    pub fn suspended_limit(&self) -> usize {
-        self.suspend.limit()
-    }
-
     pub fn checkin(&self, instance: GuestInstance) {
         self.idle.lock().expect("pool lock").push(instance);
         self.census.returned.notify_one();
