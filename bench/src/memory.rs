@@ -14,6 +14,9 @@ const NAME: &str = "memory: rows and pool size";
 struct Run {
     rows: usize,
     pool: usize,
+    /// The server answers 429 beyond this many at once, as a provider's
+    /// endpoint does; `None`: it takes all.
+    capacity: Option<usize>,
     /// Long enough that the pool is full: rows/s stay under the CPU's reach.
     latency: Duration,
 }
@@ -29,11 +32,13 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         Run {
             rows: 10_000,
             pool: 64,
+            capacity: None,
             latency: ms(20),
         },
         Run {
             rows: 100_000,
             pool: 64,
+            capacity: None,
             latency: ms(20),
         },
     ];
@@ -41,17 +46,37 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         Run {
             rows: 20_000,
             pool: 16,
+            capacity: None,
             latency: ms(20),
         },
         Run {
             rows: 20_000,
             pool: 128,
+            capacity: None,
             latency: ms(100),
         },
         Run {
             rows: 20_000,
             pool: 1024,
+            capacity: None,
             latency: ms(200),
+        },
+    ];
+    // The same server, taking 16 at once, with a pool of 16 and one far
+    // above it: the rows a run keeps under way follow the limit it learns,
+    // not the pool.
+    let by_pool_capped = [
+        Run {
+            rows: 20_000,
+            pool: 16,
+            capacity: Some(16),
+            latency: ms(20),
+        },
+        Run {
+            rows: 20_000,
+            pool: 1024,
+            capacity: Some(16),
+            latency: ms(20),
         },
     ];
     let mut rows_rss = Vec::new();
@@ -62,10 +87,16 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     for run in &by_pool {
         pool_rss.push(measure(&weir, run).await?);
     }
+    let mut capped_rss = Vec::new();
+    for run in &by_pool_capped {
+        capped_rss.push(measure(&weir, run).await?);
+    }
     println!(
-        "  ratios: 100k/10k rows {:.2}, pool 1024/16 {:.2}",
+        "  ratios: 100k/10k rows {:.2}; pool 1024/16 {:.2} with every request in flight, \
+         {:.2} against a server that takes 16 at once",
         rows_rss[1] / rows_rss[0],
-        pool_rss[2] / pool_rss[0]
+        pool_rss[2] / pool_rss[0],
+        capped_rss[1] / capped_rss[0]
     );
     Ok(())
 }
@@ -74,6 +105,8 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
 async fn measure(weir: &std::path::Path, run: &Run) -> anyhow::Result<f64> {
     let server = TestLlmServer::start(Script {
         latency: run.latency,
+        capacity: run.capacity,
+        retry_after_seconds: run.capacity.map(|_| 1.0),
         ..Script::default()
     })
     .await?;
@@ -88,11 +121,13 @@ async fn measure(weir: &std::path::Path, run: &Run) -> anyhow::Result<f64> {
         .count();
     let rss = usage.max_rss_kib as f64 / 1024.0;
     println!(
-        "  {:>6} rows, pool {:>4}, {:>3} ms latency: wall {wall:.1} s, {written} rows written, \
+        "  {:>6} rows, pool {:>4}, {:>3} ms latency{}: wall {wall:.1} s, {written} rows written, \
          {} requests, peak {} in flight at the server; CPU {:.3} ms per row, peak RSS {rss:.0} MiB",
         run.rows,
         run.pool,
         run.latency.as_millis(),
+        run.capacity
+            .map_or(String::new(), |c| format!(", capped at {c}")),
         server.served().len(),
         server.peak_in_flight(),
         (usage.user + usage.system) * 1e3 / run.rows as f64,

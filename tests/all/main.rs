@@ -16,6 +16,7 @@ mod llm_output;
 mod llm_requests;
 mod money;
 mod object_storage;
+mod parking;
 mod pipeline;
 mod ray;
 mod resume;

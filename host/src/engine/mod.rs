@@ -621,10 +621,17 @@ fn flow_through_nodes(
                 })
                 .ordered_window(concurrency, window)
                 .boxed(),
-            None => flows
-                .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
-                .ordered_window(concurrency, window)
-                .boxed(),
+            None => {
+                let wanted = Arc::clone(&node);
+                flows
+                    .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
+                    .ordered_window_following(
+                        concurrency,
+                        window,
+                        Arc::new(move || wanted.rows_wanted()),
+                    )
+                    .boxed()
+            }
             Some(batch) => {
                 let batches = match batch.timeout {
                     // Fires after the timeout even while the source is idle.

@@ -12,6 +12,7 @@ use futures::stream::{FusedStream, FuturesUnordered, Stream, StreamExt};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub trait OrderedWindowExt: Stream + Sized {
@@ -29,7 +30,26 @@ pub trait OrderedWindowExt: Stream + Sized {
             finished: VecDeque::new(),
             oldest_seq: 0,
             running,
+            running_now: None,
             window: window.max(running),
+        }
+    }
+
+    /// As `ordered_window`, with at most `running_now()` running, read each
+    /// time one could start, when that is fewer than `running`.
+    fn ordered_window_following<T>(
+        self,
+        running: usize,
+        window: usize,
+        running_now: Arc<dyn Fn() -> usize + Send + Sync>,
+    ) -> OrderedWindow<Self, T>
+    where
+        Self::Item: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        OrderedWindow {
+            running_now: Some(running_now),
+            ..self.ordered_window(running, window)
         }
     }
 }
@@ -46,6 +66,7 @@ pub struct OrderedWindow<S, T> {
     finished: VecDeque<Option<Box<T>>>,
     oldest_seq: u64,
     running: usize,
+    running_now: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
     window: usize,
 }
 
@@ -60,7 +81,11 @@ where
 {
     /// Starts futures while both bounds allow and the stream has one ready.
     fn start_more(&mut self, cx: &mut Context<'_>) {
-        while self.running_futures.len() < self.running && self.finished.len() < self.window {
+        let running = match &self.running_now {
+            Some(running_now) => self.running.min(running_now().max(1)),
+            None => self.running,
+        };
+        while self.running_futures.len() < running && self.finished.len() < self.window {
             match self.futures.poll_next_unpin(cx) {
                 Poll::Ready(Some(future)) => {
                     let seq = self.oldest_seq + self.finished.len() as u64;
@@ -162,6 +187,40 @@ mod tests {
         let (first, rest) = first.await.unwrap();
         assert_eq!(first, Some(0));
         assert_eq!(rest, (1..100).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_running_bound_followed_is_read_as_futures_start() {
+        let bound = Arc::new(AtomicUsize::new(2));
+        let running = Arc::new(AtomicUsize::new(0));
+        let most_running = Arc::new(AtomicUsize::new(0));
+        let (r, m) = (running.clone(), most_running.clone());
+        let follow = bound.clone();
+        let mut outputs = stream::iter(0..40u64)
+            .map(move |i| {
+                let (r, m) = (r.clone(), m.clone());
+                async move {
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    i
+                }
+            })
+            .ordered_window_following(8, 50, Arc::new(move || follow.load(Ordering::SeqCst)));
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            seen.push(outputs.next().await.unwrap());
+        }
+        assert_eq!(most_running.load(Ordering::SeqCst), 2, "held to the bound");
+        bound.store(100, Ordering::SeqCst);
+        seen.extend(outputs.collect::<Vec<_>>().await);
+        assert_eq!(seen, (0..40).collect::<Vec<_>>());
+        assert_eq!(
+            most_running.load(Ordering::SeqCst),
+            8,
+            "never beyond the fixed bound"
+        );
     }
 
     #[tokio::test]

@@ -126,6 +126,9 @@ impl PackedCall {
                     deadline,
                     calls,
                     requests,
+                    // Only rows waiting on provider batches are packed, and
+                    // their instances wait suspended: nothing recorded.
+                    answers: Default::default(),
                 });
             }
             spans.push(span);

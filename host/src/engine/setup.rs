@@ -8,7 +8,7 @@ use crate::runtime::{NodeRuntime, NodeServices, Outbound, Runtime, builtin};
 use crate::services::audit::{AuditLog, EndpointRecord, NodeRecord, Record};
 use crate::services::budget::Budget;
 use crate::services::cache::ResponseCache;
-use crate::services::executor::{Executor, RunControls};
+use crate::services::executor::{Endpoint, Executor, RunControls};
 use crate::services::stop::RunStop;
 use crate::terminal::escape;
 use std::collections::BTreeMap;
@@ -32,6 +32,9 @@ pub struct Node {
     /// endpoint: its many waiting rows hold no instance, and those that run
     /// again when a batch ends take turns instead of each starting one.
     pub guest_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// The online endpoints it is granted: their limits bound the rows it
+    /// runs at once (`rows_wanted`).
+    pub online: Vec<Arc<Endpoint>>,
 }
 
 pub struct Prepared {
@@ -196,6 +199,7 @@ async fn prepare_node(
         })
         .collect();
     let batch_mode = grants.values().any(|e| e.batch().is_some());
+    let online: Vec<Arc<Endpoint>> = grants.values().cloned().collect();
     let services = Arc::new(NodeServices {
         node_name: config.name.clone(),
         endpoints: config
@@ -251,7 +255,10 @@ async fn prepare_node(
         options_sha256: hashing::json_text_sha256(&config.options_json),
         output_fields: node_runtime.output_fields().to_vec(),
     };
-    let node = Node::new(config.clone(), node_runtime, batch_mode);
+    let mut node = Node::new(config.clone(), node_runtime, batch_mode);
+    if !batch_mode {
+        node.online = online;
+    }
     Ok((node, record))
 }
 
@@ -259,6 +266,9 @@ impl Node {
     /// The node `config` describes, around its configured instances.
     /// `batch_mode`: it is granted a Batch API endpoint.
     pub fn new(config: NodeConfig, runtime: NodeRuntime, batch_mode: bool) -> Self {
+        if batch_mode {
+            runtime.keep_instances_suspended();
+        }
         Self {
             config,
             traps_in_a_row: Default::default(),
@@ -270,6 +280,18 @@ impl Node {
                     std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
                 ))
             }),
+            online: Vec::new(),
         }
+    }
+
+    /// Rows worth running at once: what its online endpoints' limits can
+    /// take (each row waiting in line holds an instance), never more than
+    /// its `concurrency`. A node without one runs its `concurrency`.
+    pub fn rows_wanted(&self) -> usize {
+        if self.online.is_empty() {
+            return self.config.concurrency;
+        }
+        let wanted: usize = self.online.iter().map(|e| e.rows_wanted()).sum();
+        wanted.clamp(1, self.config.concurrency)
     }
 }

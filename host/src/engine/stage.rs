@@ -298,15 +298,18 @@ impl Node {
             };
             match self.attempt(input, scopes, waited, slot).await {
                 Attempt::Finished(outcomes) => return outcomes,
-                // A node granted a Batch API endpoint runs its calls as
-                // `ResumableCall`s, which wait as data; this only keeps a
-                // call correct should one park here.
-                Attempt::Parked(parked) => {
+                // Parked beyond the node's suspended instances: the row
+                // holds its data and its requests under way, no instance.
+                // (A node granted a Batch API endpoint runs its calls as
+                // `ResumableCall`s, which wait on batches as data.)
+                Attempt::Parked(mut parked) => {
                     let since = Instant::now();
                     std::future::poll_fn(|cx| parked.poll_answered(cx))
                         .await
                         .map_err(|detached| RowError::new("detached", detached))?;
-                    waited += since.elapsed();
+                    if parked.waits_on_batches() {
+                        waited += since.elapsed();
+                    }
                 }
             }
         }

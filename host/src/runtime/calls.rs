@@ -4,6 +4,7 @@
 //! the audit trail as a call.
 
 use super::bindings::{CallError, Request, Response};
+use super::parking::body_hash;
 use super::state::{GuestState, NodeServices, Outbound, RowScope};
 use crate::hashing;
 use crate::services::audit::{AuditLog, CallRecord, Json, Record, now_ms};
@@ -16,7 +17,10 @@ impl GuestState {
     /// Every request is numbered in the order the component gave it, so a
     /// row run again numbers its requests the same way. When any request
     /// waits on a provider batch, nothing is sent and the component stops
-    /// (`Parked`): the row runs again once the answers are in.
+    /// (`Parked`): the row runs again once the answers are in. When the
+    /// node has no room for another instance waiting on the network, the
+    /// requests are sent without it: the component stops, and the row runs
+    /// again once they are answered, taking their answers (see `parking`).
     pub(super) async fn send(
         &mut self,
         requests: Vec<Request>,
@@ -32,9 +36,20 @@ impl GuestState {
         if !waits.is_empty() {
             // What the row waits for stays here; the trap only unwinds the
             // component, and carries nothing a waiting row would keep.
-            self.parked = Some(Parked { waits });
+            self.parked = Some(Parked::on_batches(waits));
             return Err(wasmtime::Error::msg("the row waits on a provider batch"));
         }
+        let goes_out = plans.iter().any(|p| matches!(p, Plan::Send { .. }));
+        let _suspended = match goes_out.then(|| self.suspend.try_suspend()) {
+            Some(None) => {
+                self.parked = Some(Parked::sending(send_parked(Arc::clone(&self.node), plans)));
+                return Err(wasmtime::Error::msg(
+                    "the row waits for its answers without its instance",
+                ));
+            }
+            Some(Some(suspended)) => Some(suspended),
+            None => None,
+        };
         let node = &self.node;
         let calls = plans.into_iter().map(|plan| async move {
             match plan {
@@ -50,6 +65,32 @@ impl GuestState {
         });
         Ok(futures::future::join_all(calls).await)
     }
+}
+
+/// Sends a parked row's requests, each answer recorded for its replay. The
+/// answers already known (a denied endpoint) are worked out again then.
+fn send_parked(
+    node: Arc<NodeServices>,
+    plans: Vec<Plan>,
+) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let node = &node;
+        let calls = plans.into_iter().map(|plan| async move {
+            if let Plan::Send {
+                endpoint,
+                scope,
+                request_index,
+                body,
+            } = plan
+            {
+                // Hashed now, to tell that the replay's request is this one.
+                let asked = body_hash(&body);
+                let answer = send_one(node, &endpoint, &scope, request_index, body).await;
+                scope.answers.put(request_index, asked, answer);
+            }
+        });
+        futures::future::join_all(calls).await;
+    })
 }
 
 /// What becomes of one request of a `send`.
@@ -80,6 +121,10 @@ impl GuestState {
             ))));
         }
         let request_index = scope.requests.fetch_add(1, Ordering::Relaxed);
+        // Answered while the row was parked: its call is recorded already.
+        if let Some(answer) = scope.answers.take(request_index, &request.body) {
+            return Plan::Done(answer);
+        }
         let endpoint = match &self.node.outbound {
             Outbound::Scripted(script) => {
                 return Plan::Done(script.answer(request.row, &request.endpoint, &request.body));

@@ -10,6 +10,7 @@ pub mod contract;
 mod error;
 mod limits;
 mod output;
+mod parking;
 mod pool;
 mod refused;
 mod state;

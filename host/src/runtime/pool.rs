@@ -7,6 +7,7 @@
 use super::bindings::{GuestRowError, NodeInfo, Outcome, v0_1, v0_2, v0_3};
 use super::contract::{self, Contract};
 use super::limits::{LimitHit, NodeMemory};
+use super::parking::SuspendBudget;
 use super::refused::RefusedOptions;
 use super::state::{GuestState, NodeServices, RowScope};
 use super::{LoadedComponent, Runtime};
@@ -232,6 +233,8 @@ pub struct NodeRuntime {
     /// The linear memory all the node's instances hold, within
     /// `limits.node_memory_mb`.
     memory: Arc<NodeMemory>,
+    /// How many instances may wait on the network; rows beyond park.
+    suspend: Arc<SuspendBudget>,
     census: Arc<Census>,
     options_json: String,
     idle: Mutex<Vec<GuestInstance>>,
@@ -266,6 +269,7 @@ impl NodeRuntime {
             services,
             limits,
             memory: Arc::new(NodeMemory::new(limits.node_memory_bytes)),
+            suspend: Arc::new(SuspendBudget::new(usize::MAX)),
             census: Arc::default(),
             options_json,
             idle: Mutex::new(Vec::new()),
@@ -275,6 +279,10 @@ impl NodeRuntime {
         };
         let (instance, info) = node.instantiate().await?;
         node.info = info;
+        node.suspend.set_limit(SuspendBudget::limit_for_node(
+            node.memory.held(),
+            limits.node_memory_bytes,
+        ));
         node.idle.lock().expect("pool lock").push(instance);
         Ok(node)
     }
@@ -293,6 +301,7 @@ impl NodeRuntime {
             Arc::clone(&self.services),
             &self.limits,
             Arc::clone(&self.memory),
+            Arc::clone(&self.suspend),
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.memory);
@@ -379,6 +388,13 @@ impl NodeRuntime {
                 self.limits.node_memory_bytes >> 20
             );
         }
+    }
+
+    /// Every instance may wait on the network: for a node whose rows
+    /// already run a few at a time, and whose waiting rows are packed as
+    /// data without their recorded answers (Batch API mode).
+    pub fn keep_instances_suspended(&self) {
+        self.suspend.set_limit(usize::MAX);
     }
 
     pub fn checkin(&self, instance: GuestInstance) {

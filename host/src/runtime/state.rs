@@ -6,6 +6,7 @@
 use super::bindings::{CallError, Level, Response};
 use super::limits::{CpuBudget, LimitHit, MemoryLimit, NodeMemory};
 use super::output::{AttachCap, LogCap};
+use super::parking::{RecordedAnswers, SuspendBudget};
 use super::stderr::StderrTail;
 use crate::config::GuestLimits;
 use crate::services::audit::{AttributeRecord, AuditLog, Record};
@@ -57,13 +58,15 @@ pub struct RowScope {
     pub calls: Arc<AtomicU32>,
     /// Numbers the logical requests of the node state.
     pub requests: Arc<AtomicU32>,
+    /// What its requests were answered while it was parked, for its replay.
+    pub answers: Arc<RecordedAnswers>,
 }
 
 impl RowScope {
     /// The same node state run again from the start, after `waited` on
-    /// provider batches: its requests are numbered afresh, its calls go on
-    /// being numbered where they were, and the wait does not count against
-    /// its deadline.
+    /// provider batches: its requests are numbered afresh (so they find the
+    /// answers recorded while it was parked), its calls go on being numbered
+    /// where they were, and the wait does not count against its deadline.
     pub fn restart(&self, waited: std::time::Duration) -> Self {
         Self {
             requests: Arc::new(AtomicU32::new(0)),
@@ -85,6 +88,7 @@ impl RowScope {
             deadline,
             calls: Arc::new(AtomicU32::new(0)),
             requests: Arc::new(AtomicU32::new(0)),
+            answers: Arc::default(),
         }
     }
 }
@@ -104,8 +108,12 @@ pub struct GuestState {
     wasi: WasiCtx,
     pub(super) stderr: StderrTail,
     table: ResourceTable,
-    /// Set when the call stopped because its rows wait on provider batches.
+    /// Set when the call stopped because its rows wait on provider batches
+    /// or on answers sent for them after their instance was dropped.
     pub(super) parked: Option<crate::services::batch::Parked>,
+    /// The node's instances waiting on the network, this one among them
+    /// while its `send` waits.
+    pub(super) suspend: Arc<SuspendBudget>,
 }
 
 impl GuestState {
@@ -113,6 +121,7 @@ impl GuestState {
         node: Arc<NodeServices>,
         limits: &GuestLimits,
         node_memory: Arc<NodeMemory>,
+        suspend: Arc<SuspendBudget>,
     ) -> Self {
         let stderr = StderrTail::default();
         Self {
@@ -127,6 +136,7 @@ impl GuestState {
             stderr,
             table: ResourceTable::new(),
             parked: None,
+            suspend,
         }
     }
 

@@ -836,16 +836,44 @@ fn left_out(custom_ids: std::collections::HashSet<String>, status: &Status) -> V
         .collect()
 }
 
-/// A row's component sent requests that wait on provider batches: it stops
-/// here, its instance is dropped, and it runs again once they are answered.
-#[derive(Clone)]
+/// A row's component sent requests that wait on provider batches, or that
+/// are sent online after its node ran out of room for suspended instances:
+/// it stops here, its instance is dropped, and it runs again once they are
+/// answered.
 pub struct Parked {
     pub waits: Vec<(Arc<BatchQueue>, String)>,
+    /// The online requests under way; they keep their answers for the
+    /// row's replay, which takes them rather than send again.
+    pub sending: Option<futures::future::BoxFuture<'static, ()>>,
 }
 
 impl Parked {
+    pub fn on_batches(waits: Vec<(Arc<BatchQueue>, String)>) -> Self {
+        Self {
+            waits,
+            sending: None,
+        }
+    }
+
+    pub fn sending(sending: futures::future::BoxFuture<'static, ()>) -> Self {
+        Self {
+            waits: Vec::new(),
+            sending: Some(sending),
+        }
+    }
+
+    /// Whether the row waits on provider batches: a wait its deadline does
+    /// not count, unlike that of its own requests.
+    pub fn waits_on_batches(&self) -> bool {
+        !self.waits.is_empty()
+    }
+
     /// Ready once every request is answered; Err once the run stops.
-    pub fn poll_answered(&self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+    pub fn poll_answered(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), String>> {
+        if let Some(sending) = &mut self.sending {
+            std::task::ready!(std::future::Future::poll(sending.as_mut(), cx));
+            self.sending = None;
+        }
         let mut pending = false;
         for (queue, id) in &self.waits {
             match queue.poll_answered(std::slice::from_ref(id), cx) {
@@ -864,6 +892,9 @@ impl Parked {
 
 impl std::fmt::Display for Parked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.sending.is_some() {
+            return f.write_str("the row waits for its answers with no instance held");
+        }
         write!(
             f,
             "the row waits for {} answers from a provider batch",

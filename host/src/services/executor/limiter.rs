@@ -14,6 +14,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// The fewest requests worth having in line (`rows_wanted`).
+const LINE: usize = 16;
+
 pub struct Limiter {
     state: Mutex<State>,
 }
@@ -150,6 +153,17 @@ impl Limiter {
         s.refusal_wait = wait;
         s.waiting_out_refusals += 1;
         RefusalWait { limiter: self }
+    }
+
+    /// Rows worth having under way for this endpoint: its limit, a line of
+    /// a quarter of it (at least `LINE`) so that a request is ready
+    /// whenever a slot frees, and those waiting out a refusal. A row holds
+    /// its component's instance and its state while its request waits in
+    /// line, so rows beyond these would hold memory for nothing.
+    pub fn rows_wanted(&self) -> usize {
+        let s = self.lock();
+        let limit = s.controller.limit();
+        limit + (limit / 4).max(LINE) + s.waiting_out_refusals
     }
 
     /// Stops every dispatch until `until` (an exhausted rate-limit window).
@@ -407,6 +421,21 @@ mod tests {
         }
         let limit = limiter.snapshot().limit;
         assert!((1..=4).contains(&limit), "{limit}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rows_wanted_follow_the_limit_and_the_refused_waiting() {
+        let limiter = Limiter::new(4, 256);
+        assert_eq!(limiter.rows_wanted(), 4 + LINE, "a short line at least");
+        let waiting = limiter.refusal_wait(Duration::from_secs(1));
+        assert_eq!(limiter.rows_wanted(), 4 + LINE + 1);
+        drop(waiting);
+        let wide = Limiter::new(128, 256);
+        assert_eq!(
+            wide.rows_wanted(),
+            128 + 32,
+            "a quarter of the limit in line"
+        );
     }
 
     #[tokio::test(start_paused = true)]

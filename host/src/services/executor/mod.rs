@@ -287,6 +287,12 @@ impl Endpoint {
     }
 
     /// Where the endpoint's requests wait for batches, in batch mode.
+    /// Rows worth having under way for this endpoint: see
+    /// `Limiter::rows_wanted`.
+    pub fn rows_wanted(&self) -> usize {
+        self.limiter.rows_wanted()
+    }
+
     pub fn batch(&self) -> Option<&Arc<BatchQueue>> {
         self.batch.as_ref()
     }

@@ -1,0 +1,177 @@
+//! How many of a node's instances may wait suspended on the network, and
+//! what a row beyond that keeps instead.
+//!
+//! A row's instance waits inside its `send` until the answers come: with a
+//! pool of a thousand requests in flight and a slow server, a thousand
+//! instances would be held (their linear memory, stack and store) for rows
+//! doing nothing but waiting. Up to the node's budget, an instance waits
+//! suspended, which costs no extra CPU. Beyond it, the row parks: its
+//! requests are sent from a future that owns them, the instance is dropped,
+//! and the answers are kept here; once they are in, the row runs again from
+//! the start and its requests, numbered the same way, take them instead of
+//! being sent again.
+
+use super::bindings::{CallError, Response};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Instances allowed to wait suspended, per core: enough that a row rarely
+/// has to run twice when the pool is a few times the cores.
+pub const SUSPENDED_PER_CORE: usize = 64;
+
+/// Of a node's memory budget, the share its suspended instances may hold:
+/// the rest is left to the instances that run.
+const SUSPENDED_MEMORY_SHARE: usize = 2;
+
+/// The node's instances waiting suspended on the network, within a budget.
+pub struct SuspendBudget {
+    limit: AtomicUsize,
+    suspended: AtomicUsize,
+}
+
+impl SuspendBudget {
+    /// `limit` suspended at once; `usize::MAX` never parks a row.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit: AtomicUsize::new(limit),
+            suspended: AtomicUsize::new(0),
+        }
+    }
+
+    /// The budget of a node whose instances each hold `instance_bytes` of
+    /// linear memory, within `node_memory_bytes`: a few per core, fewer when
+    /// the node's memory budget would not hold them.
+    pub fn limit_for_node(instance_bytes: usize, node_memory_bytes: usize) -> usize {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let by_memory = node_memory_bytes / SUSPENDED_MEMORY_SHARE / instance_bytes.max(64 << 10);
+        (cores * SUSPENDED_PER_CORE).min(by_memory).max(1)
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// A place for one more suspended instance, held while it waits; None
+    /// when the budget is spent and the row should park.
+    pub fn try_suspend(self: &Arc<Self>) -> Option<Suspended> {
+        let limit = self.limit();
+        self.suspended
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Suspended(Arc::clone(self)))
+    }
+}
+
+/// One instance waiting suspended, in its node's budget until dropped.
+pub struct Suspended(Arc<SuspendBudget>);
+
+impl Drop for Suspended {
+    fn drop(&mut self) {
+        self.0.suspended.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The answers a parked row's requests got while it had no instance, by
+/// request index, until its replay takes them. Each answer is kept with a
+/// hash of the request it answers, so a replay that asks something else
+/// sends that instead of taking an answer to another question.
+#[derive(Default)]
+pub struct RecordedAnswers(Mutex<Vec<Recorded>>);
+
+struct Recorded {
+    request_index: u32,
+    body_hash: u64,
+    answer: Result<Response, CallError>,
+}
+
+impl RecordedAnswers {
+    /// Keeps the answer to request `request_index`, whose body hashed to
+    /// `body_hash` (see `body_hash`).
+    pub fn put(&self, request_index: u32, body_hash: u64, answer: Result<Response, CallError>) {
+        self.0.lock().expect("answers lock").push(Recorded {
+            request_index,
+            body_hash,
+            answer,
+        });
+    }
+
+    /// The answer recorded for request `request_index` with this body,
+    /// taken: each answer serves one replay.
+    pub fn take(&self, request_index: u32, body: &str) -> Option<Result<Response, CallError>> {
+        let mut recorded = self.0.lock().expect("answers lock");
+        if recorded.is_empty() {
+            return None;
+        }
+        let hash = body_hash(body);
+        let at = recorded
+            .iter()
+            .position(|r| r.request_index == request_index && r.body_hash == hash)?;
+        Some(recorded.swap_remove(at).answer)
+    }
+}
+
+pub fn body_hash(body: &str) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_lets_its_limit_suspend_and_takes_each_back_when_dropped() {
+        let budget = Arc::new(SuspendBudget::new(2));
+        let first = budget.try_suspend();
+        let second = budget.try_suspend();
+        assert!(first.is_some() && second.is_some());
+        assert!(budget.try_suspend().is_none(), "the third parks");
+        drop(first);
+        assert!(budget.try_suspend().is_some());
+    }
+
+    #[test]
+    fn a_recorded_answer_serves_the_same_request_once() {
+        let answers = RecordedAnswers::default();
+        let ok = |body: &str| {
+            Ok(Response {
+                status: 200,
+                body: body.into(),
+                attempts: 1,
+                latency_ms: 3,
+            })
+        };
+        answers.put(0, body_hash("{\"q\":1}"), ok("one"));
+        answers.put(1, body_hash("{\"q\":2}"), ok("two"));
+        assert!(
+            answers.take(1, "{\"q\":3}").is_none(),
+            "another question is not answered"
+        );
+        let Some(Ok(second)) = answers.take(1, "{\"q\":2}") else {
+            panic!("the answer to request 1")
+        };
+        assert_eq!(second.body, "two");
+        assert!(answers.take(1, "{\"q\":2}").is_none(), "taken once");
+        assert!(matches!(answers.take(0, "{\"q\":1}"), Some(Ok(r)) if r.body == "one"));
+    }
+
+    #[test]
+    fn a_node_budget_is_smaller_when_its_memory_would_not_hold_it() {
+        let mib = 1 << 20;
+        assert_eq!(SuspendBudget::limit_for_node(2 * mib, 16 * mib), 4);
+        assert_eq!(SuspendBudget::limit_for_node(2 * mib, 2 * mib), 1);
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        assert_eq!(
+            SuspendBudget::limit_for_node(mib, 768 * mib),
+            (cores * SUSPENDED_PER_CORE).min(384)
+        );
+    }
+}
