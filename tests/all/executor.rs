@@ -793,6 +793,43 @@ async fn an_attempt_far_slower_than_its_peers_is_given_up_and_sent_again() {
 }
 
 #[tokio::test]
+async fn a_hang_among_the_first_requests_is_given_up_once_a_timeout_is_learned() {
+    // The very first request gets no answer for a minute (then a 504); the
+    // others answer in 5 ms. It was sent before any answer taught a
+    // timeout, so only one learned while it hangs can give it up.
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(5),
+        faults_first: 1,
+        fault_kinds: vec![Fault::Hang],
+        hang: Duration::from_secs(60),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        300,
+        "pool_size: 16\nmin_attempt_timeout_seconds: 0.5",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 300);
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let hung: Vec<(Option<i64>, String)> = db
+        .prepare("SELECT status, error FROM calls WHERE retry_cause = 'hung'")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(hung.len(), 1, "{summary}");
+    let (status, error) = &hung[0];
+    assert_eq!(*status, None, "given up before the server's 504");
+    assert!(error.contains("given up for hung"), "{error}");
+}
+
+#[tokio::test]
 async fn a_second_run_starts_from_the_limit_the_first_learned() {
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(20),

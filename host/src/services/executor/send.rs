@@ -13,6 +13,10 @@ use crate::services::budget::Hold;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How often an attempt sent before the endpoint's answers taught an
+/// attempt timeout looks whether one has been learned since.
+const LEARNED_LIMIT_CHECK: Duration = Duration::from_secs(1);
+
 const ROW_DEADLINE_PASSED: &str = "the row's deadline (row_deadline_seconds) passed";
 
 /// One attempt, as it went.
@@ -117,6 +121,28 @@ impl Endpoint {
         }
     }
 
+    /// Returns once an attempt started at `started` has outlasted the
+    /// attempt timeout learned since (never, if none is learned), with it.
+    async fn learned_limit_passes(
+        &self,
+        started: Instant,
+        configured: Duration,
+        hung_before: u32,
+    ) -> Duration {
+        loop {
+            tokio::time::sleep(LEARNED_LIMIT_CHECK).await;
+            let learned = self
+                .attempt_timeout
+                .lock()
+                .expect("attempt timeout lock")
+                .limit(configured, hung_before);
+            if let Some(limit) = learned.filter(|l| *l < configured) {
+                tokio::time::sleep_until(started + limit).await;
+                return limit;
+            }
+        }
+    }
+
     async fn try_once(&self, body: &str, row_deadline: Option<Instant>, hung_before: u32) -> Tried {
         let started = Instant::now();
         let started_at_ms = now_ms();
@@ -137,10 +163,25 @@ impl Endpoint {
             .spec
             .first_byte_timeout_seconds
             .map(Duration::from_secs_f64);
-        let result = self
-            .dispatch()
-            .attempt(body, Timeouts { total, first_byte })
-            .await;
+        let dispatch = self.dispatch();
+        let attempt = dispatch.attempt(body, Timeouts { total, first_byte });
+        let (result, total) = match learned {
+            Some(_) => (attempt.await, total),
+            // Sent before the endpoint's answers taught a timeout: one
+            // learned meanwhile applies to it too, or a hang among a run's
+            // first requests would hold its row for the whole of it.
+            None => tokio::select! {
+                result = attempt => (result, total),
+                limit = self.learned_limit_passes(started, configured, hung_before) => (
+                    Err(AttemptFailure {
+                        message: String::new(),
+                        kind: FailureKind::Timeout,
+                    }),
+                    limit,
+                ),
+            },
+        };
+        let learned = learned.or((total < configured).then_some(total));
         let latency = started.elapsed();
         self.stats.attempt_ended(latency);
         let mut verdict = match &result {
