@@ -14,6 +14,7 @@ mod quarantine;
 mod report;
 mod resumable;
 mod resume;
+mod rows_left;
 mod setup;
 mod source_check;
 mod stage;
@@ -283,6 +284,12 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         ..RunReport::default()
     };
     let source_failure = Arc::new(Mutex::new(None));
+    let to_come = rows_left::count(
+        &pipeline.source,
+        rows.clone(),
+        check.as_ref().map_or(0, |c| c.done.len() as u64),
+    );
+    prepared.executor.expect_rows(&to_come);
     let rows = read_source(
         source,
         rows,
@@ -290,7 +297,9 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         check,
         Arc::clone(&source_failure),
         stop.clone(),
-    );
+    )
+    .inspect(move |_| to_come.entered())
+    .boxed();
     let flows = flow_through_nodes(rows, &prepared, audit.as_ref());
     let written = drain::drain(
         flows,

@@ -1,9 +1,9 @@
 //! The progress bar on a terminal. The total is counted on a side thread so
 //! that the first rows never wait for a large file to be scanned.
 
-use crate::config::{DataFile, Format};
+use super::rows_left::count_rows;
+use crate::config::DataFile;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::{BufRead, BufReader};
 
 pub struct Progress {
     bar: ProgressBar,
@@ -46,29 +46,5 @@ impl Progress {
 
     pub fn finish(&self) {
         self.bar.finish_and_clear();
-    }
-}
-
-fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
-    let file = std::fs::File::open(path).ok()?;
-    match format {
-        Format::Csv => {
-            let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
-            let mut record = csv::ByteRecord::new();
-            let mut count = 0;
-            while reader.read_byte_record(&mut record).ok()? {
-                count += 1;
-            }
-            Some(count)
-        }
-        Format::Jsonl => {
-            let mut count = 0;
-            for line in BufReader::new(file).split(b'\n') {
-                if !line.ok()?.iter().all(u8::is_ascii_whitespace) {
-                    count += 1;
-                }
-            }
-            Some(count)
-        }
     }
 }

@@ -8,6 +8,7 @@ use super::arrivals::Arrivals;
 use super::clock;
 use super::controller::{Controller, Signal};
 use super::pacing::Pacing;
+use super::to_come::RowsToCome;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -40,6 +41,8 @@ struct State {
     refusal_wait: Duration,
     /// Refused requests waiting to be sent again.
     waiting_out_refusals: usize,
+    /// The rows still to enter the run, once told.
+    rows_to_come: Option<Arc<RowsToCome>>,
 }
 
 pub struct Permit<'a> {
@@ -81,6 +84,7 @@ impl Limiter {
                 arrivals: Arrivals::default(),
                 refusal_wait: Duration::ZERO,
                 waiting_out_refusals: 0,
+                rows_to_come: None,
             }),
         }
     }
@@ -153,6 +157,11 @@ impl Limiter {
         s.refusal_wait = wait;
         s.waiting_out_refusals += 1;
         RefusalWait { limiter: self }
+    }
+
+    /// See `Executor::expect_rows`.
+    pub fn expect_rows(&self, rows: Arc<RowsToCome>) {
+        self.lock().rows_to_come = Some(rows);
     }
 
     /// Rows worth having under way for this endpoint: its limit, a line of
@@ -283,18 +292,25 @@ impl State {
         self.in_flight < limit
     }
 
-    /// Whether the run is in its last stretch at this endpoint: no new
-    /// request comes, and those still to send (in line, or waiting out a
-    /// refusal) all go out before a request refused now would be sent
-    /// again. Rows whose requests wait out refusals hold back new rows, so
-    /// new requests stop then too; counting them keeps a spell of refusals
-    /// from passing for the end of the run.
+    /// Whether the run is in its last stretch at this endpoint: what is
+    /// still to send (in line, waiting out a refusal, and the rows yet to
+    /// enter the run) all goes out before a request refused now would be
+    /// sent again. Rows yet to enter are counted when the run knows them;
+    /// otherwise the stretch begins once new requests stop coming. Rows
+    /// whose requests wait out refusals hold back new rows, so new requests
+    /// stop then too; counting them keeps a spell of refusals from passing
+    /// for the end of the run.
     fn in_tail(&self, now: Instant) -> bool {
         let rtt = self.controller.srtt();
-        let line = self.waiting.len() + self.retries_waiting.len() + self.waiting_out_refusals;
+        let to_come = match self.rows_to_come.as_ref().and_then(|rows| rows.left()) {
+            Some(left) => usize::try_from(left).unwrap_or(usize::MAX),
+            None if self.arrivals.stopped(now, rtt) => 0,
+            None => return false,
+        };
+        let line = (self.waiting.len() + self.retries_waiting.len() + self.waiting_out_refusals)
+            .saturating_add(to_come);
         let rounds = line as f64 / self.controller.limit().max(1) as f64;
         rtt.is_some_and(|rtt| rtt.mul_f64(rounds) < self.refusal_wait)
-            && self.arrivals.stopped(now, rtt)
     }
 
     /// Whether a request may take a free slot now: the first retry in line,

@@ -34,6 +34,9 @@ mod sim;
 mod stats;
 mod target;
 mod throttle;
+mod to_come;
+
+pub use to_come::RowsToCome;
 
 pub use breaker::BreakerState;
 pub use learned::LearnedStart;
@@ -160,6 +163,14 @@ impl Executor {
 
     pub fn endpoint(&self, name: &str) -> Option<Arc<Endpoint>> {
         self.endpoints.get(name).cloned()
+    }
+
+    /// The rows still to enter the run, for the endpoints to tell its last
+    /// stretch by.
+    pub fn expect_rows(&self, rows: &Arc<RowsToCome>) {
+        for endpoint in self.endpoints() {
+            endpoint.limiter.expect_rows(Arc::clone(rows));
+        }
     }
 
     pub fn endpoints(&self) -> impl Iterator<Item = &Arc<Endpoint>> {
