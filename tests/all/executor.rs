@@ -772,14 +772,7 @@ async fn an_attempt_far_slower_than_its_peers_is_given_up_and_sent_again() {
     .await;
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 400);
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let hung: Vec<(Option<i64>, String)> = db
-        .prepare("SELECT status, error FROM calls WHERE retry_cause = 'hung'")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let hung = hung_calls(&ws);
     // Until 50 answers have taught the attempt timeout, a hang is waited out.
     assert!(!hung.is_empty(), "{summary}");
     for (status, error) in &hung {
@@ -790,6 +783,17 @@ async fn an_attempt_far_slower_than_its_peers_is_given_up_and_sent_again() {
         summary.contains(&format!("{} hung;", hung.len())),
         "{summary}"
     );
+}
+
+/// The status and error of every call given up for hung.
+fn hung_calls(ws: &Workspace) -> Vec<(Option<i64>, String)> {
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    db.prepare("SELECT status, error FROM calls WHERE retry_cause = 'hung'")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
 }
 
 #[tokio::test]
@@ -815,14 +819,7 @@ async fn a_hang_among_the_first_requests_is_given_up_once_a_timeout_is_learned()
     .await;
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 300);
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let hung: Vec<(Option<i64>, String)> = db
-        .prepare("SELECT status, error FROM calls WHERE retry_cause = 'hung'")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let hung = hung_calls(&ws);
     assert_eq!(hung.len(), 1, "{summary}");
     let (status, error) = &hung[0];
     assert_eq!(*status, None, "given up before the server's 504");

@@ -678,45 +678,18 @@ async fn request(
     }
 }
 
-/// `against_fixed` with a wire of 1.5 ms each way and refusals that ask
-/// for `retry_after`.
-async fn against_fixed_over_wire(
-    server: &Server,
-    rows: usize,
-    fixed: &[usize],
-    retry_after: Duration,
-) -> (Finished, (usize, Finished)) {
-    let sim = || {
-        Sim::over_wire(
-            server.clone(),
-            Duration::from_micros(1500),
-            Some(retry_after),
-        )
-    };
-    let adaptive = run_rows(&sim(), Concurrency::Adaptive, rows).await;
-    let mut best: Option<(usize, Finished)> = None;
-    for &n in fixed {
-        let run = run_rows(&sim(), Concurrency::Fixed(n), rows).await;
-        eprintln!("  fixed {n}: {:.1} s, {} ok", run.seconds, run.ok);
-        if best.is_none_or(|(_, b)| run.seconds < b.seconds) {
-            best = Some((n, run));
-        }
-    }
-    (adaptive, best.unwrap())
-}
-
 /// Runs `rows` with the adaptive limit and with each fixed concurrency in
-/// `fixed`, each against a fresh copy of `server`; returns the adaptive
+/// `fixed`, each against a fresh server from `server`; returns the adaptive
 /// run and the fastest fixed one with its concurrency.
 async fn against_fixed(
-    server: &Server,
+    server: impl Fn() -> Rc<Sim>,
     rows: usize,
     fixed: &[usize],
 ) -> (Finished, (usize, Finished)) {
-    let adaptive = run_rows(&Sim::new(server.clone()), Concurrency::Adaptive, rows).await;
+    let adaptive = run_rows(&server(), Concurrency::Adaptive, rows).await;
     let mut best: Option<(usize, Finished)> = None;
     for &n in fixed {
-        let run = run_rows(&Sim::new(server.clone()), Concurrency::Fixed(n), rows).await;
+        let run = run_rows(&server(), Concurrency::Fixed(n), rows).await;
         eprintln!("  fixed {n}: {:.1} s, {} ok", run.seconds, run.ok);
         if best.is_none_or(|(_, b)| run.seconds < b.seconds) {
             best = Some((n, run));
@@ -734,7 +707,8 @@ async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
         burst: Duration::from_millis(400),
     };
     let rows = 10_000;
-    let (adaptive, (n, best)) = against_fixed(&server, rows, &[16, 32, 48, 64, 96]).await;
+    let (adaptive, (n, best)) =
+        against_fixed(|| Sim::new(server.clone()), rows, &[16, 32, 48, 64, 96]).await;
     let ratio = adaptive.seconds / best.seconds;
     eprintln!(
         "bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
@@ -762,8 +736,14 @@ async fn dense_error_bursts_cost_little_against_the_best_fixed_concurrency() {
         outside: 3,
     };
     let rows = 10_000;
-    let (adaptive, (n, best)) =
-        against_fixed_over_wire(&server, rows, &[16, 32, 64, 128], Duration::from_secs(1)).await;
+    let over_wire = || {
+        Sim::over_wire(
+            server.clone(),
+            Duration::from_micros(1500),
+            Some(Duration::from_secs(1)),
+        )
+    };
+    let (adaptive, (n, best)) = against_fixed(over_wire, rows, &[16, 32, 64, 128]).await;
     let ratio = adaptive.seconds / best.seconds;
     eprintln!(
         "dense bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
@@ -789,7 +769,8 @@ async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrenc
         slow: 30,
     };
     let rows = 2000;
-    let (adaptive, (n, best)) = against_fixed(&server, rows, &[16, 32, 64, 96, 128]).await;
+    let (adaptive, (n, best)) =
+        against_fixed(|| Sim::new(server.clone()), rows, &[16, 32, 64, 96, 128]).await;
     let ratio = adaptive.seconds / best.seconds;
     eprintln!(
         "faulty: adaptive {:.1} s ({} ok, {} failed), best fixed ({n}) {:.1} s, ratio {ratio:.2}",
