@@ -79,6 +79,9 @@ const FLOOR_SHARE: f64 = 0.5;
 /// share of it: the endpoint may have less room today, and growth takes it
 /// back to the learned limit within a few round trips.
 const LEARNED_SHARE: f64 = 0.75;
+/// Round trips after slow start met a queue within which the smoothed
+/// round trip must confirm it.
+const QUEUE_CONFIRMED_WITHIN: u32 = 4;
 /// How lately a refusal must have come for the edge it found to hold in a
 /// run's last stretch.
 const EDGE_FRESH: Duration = Duration::from_secs(2);
@@ -162,8 +165,9 @@ pub struct Controller {
     last_loss: Option<f64>,
     last_refusal: Option<Instant>,
     /// Slow start ended on a delayed answer, and the smoothed round trip
-    /// has not yet confirmed the queue: where the limit goes once it does.
-    queue_met: Option<f64>,
+    /// has not yet confirmed the queue: where the limit goes if it does,
+    /// and until when.
+    queue_met: Option<(f64, Instant)>,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -335,11 +339,15 @@ impl Controller {
             self.ceiling = self.limit;
             self.queue_met = self.base_rtt.map(|base| {
                 let then = self.limit_at(sent_at);
-                (then * (TOLERANCE * base / rtt).max(MAX_QUEUE_CUT)).max(1.0)
+                let target = (then * (TOLERANCE * base / rtt).max(MAX_QUEUE_CUT)).max(1.0);
+                (target, now + QUEUE_CONFIRMED_WITHIN * self.window_len())
             });
         }
-        if queue_building && let Some(target) = self.queue_met.take() {
-            self.back_to_queue_start(now, target);
+        if queue_building && let Some((target, until)) = self.queue_met.take() {
+            // A queue confirmed long after slow start is not the one it met.
+            if now < until {
+                self.back_to_queue_start(now, target);
+            }
         }
         if self.last_saturated >= sent_at && !queue_building {
             self.grow();
