@@ -79,6 +79,9 @@ const FLOOR_SHARE: f64 = 0.5;
 /// share of it: the endpoint may have less room today, and growth takes it
 /// back to the learned limit within a few round trips.
 const LEARNED_SHARE: f64 = 0.75;
+/// The most limit changes kept for the summary (see `thin`): a limit
+/// probing at a capped server's edge changes several times a second.
+const MAX_CHANGES: usize = 2048;
 /// Round trips after slow start met a queue within which the smoothed
 /// round trip must confirm it.
 const QUEUE_CONFIRMED_WITHIN: u32 = 4;
@@ -272,7 +275,8 @@ impl Controller {
         self.peak.floor() as u32
     }
 
-    /// (time since start, limit) at every change of the whole-number limit.
+    /// (time since start, limit) at changes of the whole-number limit: every
+    /// one, until a long run has more than `MAX_CHANGES`.
     pub fn changes(&self) -> &[(Duration, u32)] {
         &self.changes
     }
@@ -606,8 +610,23 @@ impl Controller {
             self.peak = self.peak.max(self.limit);
             let at = now.saturating_duration_since(self.started);
             self.changes.push((at, self.limit.floor() as u32));
+            if self.changes.len() > MAX_CHANGES {
+                thin(&mut self.changes);
+            }
         }
     }
+}
+
+/// Halves the changes after the first `MAX_CHANGES / 4`, keeping every
+/// other one: a long run's record stays bounded, its start whole and the
+/// rest at a resolution that halves each time it fills.
+fn thin(changes: &mut Vec<(Duration, u32)>) {
+    let keep = MAX_CHANGES / 4;
+    let mut i = 0;
+    changes.retain(|_| {
+        i += 1;
+        i <= keep || (i - keep).is_multiple_of(2)
+    });
 }
 
 /// Whether a round trip of `rtt` says requests wait in the server's queue.
@@ -633,4 +652,21 @@ fn growth_per_round_trip(limit: f64, ceiling: f64) -> f64 {
         limit - ceiling
     };
     step.clamp(MIN_GROWTH, (limit / 2.0).max(MIN_GROWTH))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_record_of_changes_is_thinned_past_its_start() {
+        let mut changes: Vec<_> = (0..MAX_CHANGES as u32 + 1)
+            .map(|i| (Duration::from_millis(u64::from(i)), i))
+            .collect();
+        thin(&mut changes);
+        let keep = MAX_CHANGES / 4;
+        assert_eq!(changes.len(), keep + (MAX_CHANGES + 1 - keep) / 2);
+        assert_eq!(changes[keep - 1].1 as usize, keep - 1, "the start whole");
+        assert_eq!(changes[keep].1 as usize, keep + 1, "every other one after");
+    }
 }
