@@ -122,10 +122,28 @@ struct Cut {
     before: f64,
     /// The share refused in the last whole window before the cut.
     loss_before: f64,
+    /// The answers in the last whole window before the cut.
+    ok_before: Option<u32>,
     slow_start: bool,
 }
 
 impl Cut {
+    /// Whether the answers a window after the cut brought say it cost
+    /// throughput: against a server at capacity a cut trims refusals and
+    /// the answers per round trip hold; against refusals that have nothing
+    /// to do with the load, they fall with the limit. Used for cuts that
+    /// more than halved the limit while pending: dense refusals come back
+    /// in a millisecond, many to each answer, and set off cut after cut (a
+    /// provider's burst refusing four requests in five took the limit from
+    /// 64 to 2 within 20 ms), and by the time the cut is judged the burst
+    /// may be over, so the share refused after it says nothing. `None` when
+    /// the window before had too few answers to tell.
+    fn cost_answers(&self, ok_after: u32, after: f64) -> Option<bool> {
+        let before = self.ok_before.filter(|&ok| ok >= MIN_JUDGED)?;
+        let if_random = f64::from(before) * after / self.before.max(1.0);
+        Some(f64::from(ok_after) < (f64::from(before) + if_random) / 2.0)
+    }
+
     /// Whether the refusals after the cut look load-independent. Against a
     /// server with a fixed capacity a cut trims the excess: the share refused
     /// falls to `1 - (1 - before's share) * before / after`. One that refuses
@@ -166,6 +184,8 @@ pub struct Controller {
     pending: Option<Cut>,
     /// The share refused in the last whole window.
     last_loss: Option<f64>,
+    /// The answers in the last whole window.
+    last_ok: Option<u32>,
     last_refusal: Option<Instant>,
     /// Slow start ended on a delayed answer, and the smoothed round trip
     /// has not yet confirmed the queue: where the limit goes if it does,
@@ -203,6 +223,7 @@ impl Controller {
             last_saturated: now,
             pending: None,
             last_loss: None,
+            last_ok: None,
             last_refusal: None,
             queue_met: None,
             peak: limit,
@@ -463,6 +484,7 @@ impl Controller {
         let n = tally.ok + tally.lost;
         if n > 0 {
             self.last_loss = Some(f64::from(tally.lost) / f64::from(n));
+            self.last_ok = Some(tally.ok);
             self.recent.ok += tally.ok;
             self.recent.lost += tally.lost;
         }
@@ -496,7 +518,10 @@ impl Controller {
             let after = std::mem::take(&mut self.since_cut);
             let loss = f64::from(after.lost) / f64::from(after.ok + after.lost);
             if let Some(cut) = self.pending.take()
-                && cut.useless(loss, self.limit)
+                && (self.limit < cut.before * (1.0 - MAX_CUT))
+                    .then(|| cut.cost_answers(t.ok, self.limit))
+                    .flatten()
+                    .unwrap_or_else(|| cut.useless(loss, self.limit))
             {
                 self.undo(cut, loss);
                 return true;
@@ -569,6 +594,7 @@ impl Controller {
             None => Cut {
                 before: self.limit,
                 loss_before: self.last_loss.unwrap_or(0.0).max(trigger),
+                ok_before: self.last_ok,
                 slow_start: self.slow_start,
             },
         });

@@ -722,8 +722,6 @@ async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "open: refusals that come back in a millisecond cut the limit to 1 within a \
-            burst (2.5 times the best fixed concurrency here; 1.5 times on real sockets)"]
 async fn dense_error_bursts_cost_little_against_the_best_fixed_concurrency() {
     // Four in five requests refused for a second at a time, a quarter of
     // the time, each refusal asking for a second's wait.
