@@ -775,14 +775,19 @@ async fn an_attempt_far_slower_than_its_peers_is_given_up_and_sent_again() {
     let hung = hung_calls(&ws);
     // Until 50 answers have taught the attempt timeout, a hang is waited out.
     assert!(!hung.is_empty(), "{summary}");
-    for (status, error) in &hung {
-        assert_eq!(*status, None, "given up before the server's 504");
-        assert!(error.contains("given up for hung"), "{error}");
-    }
+    assert_given_up(&hung);
     assert!(
         summary.contains(&format!("{} hung;", hung.len())),
         "{summary}"
     );
+}
+
+/// Each call given up for hung was given up before the server's answer.
+fn assert_given_up(hung: &[(Option<i64>, String)]) {
+    for (status, error) in hung {
+        assert_eq!(*status, None, "given up before the server's 504");
+        assert!(error.contains("given up for hung"), "{error}");
+    }
 }
 
 /// The status and error of every call given up for hung.
@@ -821,9 +826,7 @@ async fn a_hang_among_the_first_requests_is_given_up_once_a_timeout_is_learned()
     assert_all_answered(&rows, 300);
     let hung = hung_calls(&ws);
     assert_eq!(hung.len(), 1, "{summary}");
-    let (status, error) = &hung[0];
-    assert_eq!(*status, None, "given up before the server's 504");
-    assert!(error.contains("given up for hung"), "{error}");
+    assert_given_up(&hung);
 }
 
 #[tokio::test]

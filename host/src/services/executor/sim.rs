@@ -698,6 +698,20 @@ async fn against_fixed(
     (adaptive, best.unwrap())
 }
 
+/// The adaptive run's time against the best fixed one's, printed under
+/// `name`; fails beyond 1.5 times.
+fn assert_near_best_fixed(name: &str, adaptive: Finished, (n, best): (usize, Finished)) {
+    let ratio = adaptive.seconds / best.seconds;
+    eprintln!(
+        "{name}: adaptive {:.1} s ({} ok, {} failed), best fixed ({n}) {:.1} s, ratio {ratio:.2}",
+        adaptive.seconds, adaptive.ok, adaptive.failed, best.seconds
+    );
+    assert!(
+        ratio <= 1.5,
+        "adaptive took {ratio:.2} times the best fixed"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
     let server = Server::Bursts {
@@ -707,18 +721,10 @@ async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
         burst: Duration::from_millis(400),
     };
     let rows = 10_000;
-    let (adaptive, (n, best)) =
+    let (adaptive, best) =
         against_fixed(|| Sim::new(server.clone()), rows, &[16, 32, 48, 64, 96]).await;
-    let ratio = adaptive.seconds / best.seconds;
-    eprintln!(
-        "bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
-        adaptive.seconds, best.seconds
-    );
     assert_eq!(adaptive.ok, rows);
-    assert!(
-        ratio <= 1.5,
-        "adaptive took {ratio:.2} times the best fixed"
-    );
+    assert_near_best_fixed("bursts", adaptive, best);
 }
 
 #[tokio::test(start_paused = true)]
@@ -741,17 +747,9 @@ async fn dense_error_bursts_cost_little_against_the_best_fixed_concurrency() {
             Some(Duration::from_secs(1)),
         )
     };
-    let (adaptive, (n, best)) = against_fixed(over_wire, rows, &[16, 32, 64, 128]).await;
-    let ratio = adaptive.seconds / best.seconds;
-    eprintln!(
-        "dense bursts: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
-        adaptive.seconds, best.seconds
-    );
+    let (adaptive, best) = against_fixed(over_wire, rows, &[16, 32, 64, 128]).await;
     assert_eq!(adaptive.ok, rows);
-    assert!(
-        ratio <= 1.5,
-        "adaptive took {ratio:.2} times the best fixed"
-    );
+    assert_near_best_fixed("dense bursts", adaptive, best);
 }
 
 #[tokio::test(start_paused = true)]
@@ -767,22 +765,14 @@ async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrenc
         slow: 30,
     };
     let rows = 2000;
-    let (adaptive, (n, best)) =
+    let (adaptive, best) =
         against_fixed(|| Sim::new(server.clone()), rows, &[16, 32, 64, 96, 128]).await;
-    let ratio = adaptive.seconds / best.seconds;
-    eprintln!(
-        "faulty: adaptive {:.1} s ({} ok, {} failed), best fixed ({n}) {:.1} s, ratio {ratio:.2}",
-        adaptive.seconds, adaptive.ok, adaptive.failed, best.seconds
-    );
     assert!(
         adaptive.ok * 100 >= rows * 99,
         "{} of {rows} ok",
         adaptive.ok
     );
-    assert!(
-        ratio <= 1.5,
-        "adaptive took {ratio:.2} times the best fixed"
-    );
+    assert_near_best_fixed("faulty", adaptive, best);
 }
 
 #[tokio::test(start_paused = true)]
