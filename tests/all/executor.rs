@@ -62,8 +62,12 @@ async fn adapts_to_a_capacity_it_is_not_told() {
     assert_all_answered(&rows, 400);
     let served = server.served();
     let calls_per_row = served.len() as f64 / 400.0;
+    // About 1.05 on an idle machine; up to 1.25 when the test server and
+    // weir share two cores with four busy processes, where answers come in
+    // clumps and each probe past the edge is refused several times. A pool
+    // that did not adapt makes about 3.5 calls per row here.
     assert!(
-        calls_per_row <= 1.15,
+        calls_per_row <= 1.3,
         "{calls_per_row:.3} calls per row; {summary}"
     );
     assert!(summary.contains("capacity errors"), "{summary}");

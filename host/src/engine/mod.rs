@@ -262,7 +262,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         sink_paths: resume::sink_paths(&pipeline).all().cloned().collect(),
         source_on_error: pipeline.source_on_error,
     };
-    let progress = progress::Progress::start(&pipeline.source, options.show_progress);
+    let progress = progress::Progress::start(options.show_progress);
 
     let check = point
         .as_mut()
@@ -288,6 +288,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         &pipeline.source,
         rows.clone(),
         check.as_ref().map_or(0, |c| c.done.len() as u64),
+        &progress,
     );
     prepared.executor.expect_rows(&to_come);
     let rows = read_source(

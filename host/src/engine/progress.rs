@@ -1,16 +1,16 @@
-//! The progress bar on a terminal. The total is counted on a side thread so
-//! that the first rows never wait for a large file to be scanned.
+//! The progress bar on a terminal. Its total comes from the count of the
+//! source's rows on a side thread (`rows_left`), so that the first rows
+//! never wait for a large file to be scanned.
 
-use super::rows_left::count_rows;
-use crate::config::DataFile;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+#[derive(Clone)]
 pub struct Progress {
     bar: ProgressBar,
 }
 
 impl Progress {
-    pub fn start(source: &DataFile, visible: bool) -> Self {
+    pub fn start(visible: bool) -> Self {
         let bar = if visible {
             ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
         } else {
@@ -22,19 +22,17 @@ impl Progress {
             )
             .expect("valid progress template"),
         );
-        // Counting reads the file a second time: not possible for a pipe.
-        let regular_file = source.path.metadata().is_ok_and(|m| m.is_file());
-        if !bar.is_hidden() && regular_file {
-            let counter = bar.clone();
-            let path = source.path.clone();
-            let format = source.format;
-            std::thread::spawn(move || {
-                if let Some(total) = count_rows(&path, format) {
-                    counter.set_length(total);
-                }
-            });
-        }
         Self { bar }
+    }
+
+    /// Whether the bar is drawn, and so wants the source's rows counted.
+    pub fn is_shown(&self) -> bool {
+        !self.bar.is_hidden()
+    }
+
+    /// The source's rows, once counted.
+    pub fn set_length(&self, total: u64) {
+        self.bar.set_length(total);
     }
 
     pub fn row_done(&self, failed: u64) {

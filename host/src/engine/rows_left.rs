@@ -1,7 +1,9 @@
 //! The rows a run will take from its source, counted on a side thread, so
-//! that its endpoints can tell its last stretch (`RowsToCome`) without the
-//! first rows waiting for a large file to be scanned.
+//! that its endpoints can tell its last stretch (`RowsToCome`) and the
+//! progress bar its total, without the first rows waiting for a large file
+//! to be scanned. One count serves both.
 
+use super::progress::Progress;
 use crate::config::{DataFile, Format};
 use crate::services::executor::RowsToCome;
 use std::io::{BufRead, BufReader};
@@ -10,19 +12,30 @@ use std::sync::Arc;
 
 /// The rows of `range` a run will take from `source`, less the `done` ones
 /// an earlier run finished: at once when the range is bounded (a shard's
-/// part), or once the file is counted. A pipe cannot be read twice: its
-/// total stays unknown.
-pub fn count(source: &DataFile, range: Range<u64>, done: u64) -> Arc<RowsToCome> {
+/// part), or once the file is counted. The count also gives `progress` the
+/// file's total when it is drawn. A pipe cannot be read twice: its total
+/// stays unknown.
+pub fn count(
+    source: &DataFile,
+    range: Range<u64>,
+    done: u64,
+    progress: &Progress,
+) -> Arc<RowsToCome> {
     let rows = Arc::new(RowsToCome::default());
-    if range.end != u64::MAX {
+    let bounded = range.end != u64::MAX;
+    if bounded {
         rows.set_total((range.end - range.start).saturating_sub(done));
-        return rows;
     }
-    if source.path.metadata().is_ok_and(|m| m.is_file()) {
-        let (path, format, counted) = (source.path.clone(), source.format, Arc::clone(&rows));
+    let wanted = !bounded || progress.is_shown();
+    if wanted && source.path.metadata().is_ok_and(|m| m.is_file()) {
+        let (path, format) = (source.path.clone(), source.format);
+        let (counted, progress) = (Arc::clone(&rows), progress.clone());
         std::thread::spawn(move || {
             if let Some(total) = count_rows(&path, format) {
-                counted.set_total(total.saturating_sub(range.start).saturating_sub(done));
+                if !bounded {
+                    counted.set_total(total.saturating_sub(range.start).saturating_sub(done));
+                }
+                progress.set_length(total);
             }
         });
     }
@@ -30,7 +43,7 @@ pub fn count(source: &DataFile, range: Range<u64>, done: u64) -> Arc<RowsToCome>
 }
 
 /// The data rows in a source file.
-pub fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
+fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
     let file = std::fs::File::open(path).ok()?;
     match format {
         Format::Csv => {

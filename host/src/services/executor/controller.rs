@@ -124,7 +124,6 @@ struct Cut {
     loss_before: f64,
     /// The answers in the last whole window before the cut.
     ok_before: Option<u32>,
-    slow_start: bool,
 }
 
 impl Cut {
@@ -595,7 +594,6 @@ impl Controller {
                 before: self.limit,
                 loss_before: self.last_loss.unwrap_or(0.0).max(trigger),
                 ok_before: self.last_ok,
-                slow_start: self.slow_start,
             },
         });
         let cut = if at_edge {
@@ -623,11 +621,15 @@ impl Controller {
         self.ceiling = self.limit;
     }
 
-    /// The cut did not lower the losses: they are not the load's.
+    /// The cut did not lower the losses: they are not the load's. Slow
+    /// start, if the cut ended it, stays ended: growth probes beyond the
+    /// limit restored rather than tripling it each round trip. A cut
+    /// wrongly undone (a busy machine answers in clumps, and the share
+    /// refused after a cut is noisy) would otherwise start the overshoot
+    /// over, once from 12 to 28 slots against a server taking 8.
     fn undo(&mut self, cut: Cut, loss: f64) {
         self.limit = self.limit.max(cut.before);
         self.ceiling = self.ceiling.max(cut.before);
-        self.slow_start = cut.slow_start;
         self.usual_loss = self.usual_loss.max(loss.min(MAX_USUAL_LOSS));
     }
 
