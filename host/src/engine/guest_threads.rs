@@ -8,8 +8,9 @@
 //! node's calls move only while its guest time per call (`GuestCost`) is
 //! above a threshold.
 
-use super::guest_cost::{GuestCost, Timed};
+use super::guest_cost::GuestCost;
 use crate::runtime::bindings::Outcome;
+use crate::runtime::cpu_time::Timed;
 use crate::runtime::{GuestInstance, Interrupted, RowScope};
 use std::future::Future;
 use std::pin::Pin;

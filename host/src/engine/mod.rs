@@ -384,6 +384,13 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             node.guest_cost.per_call().as_micros(),
             node.guest_cost.calls_on_guest_threads()
         );
+        // Whether rows ran again to spare instances waiting on the network.
+        let (started, parked) = node.runtime.instances_started();
+        tracing::info!(
+            "node `{}`: {started} instances started; {parked} rows waited for their answers \
+             without their instance and ran again",
+            node.config.name,
+        );
     }
     report.rows_truncated = prepared
         .nodes

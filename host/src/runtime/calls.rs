@@ -41,13 +41,16 @@ impl GuestState {
         }
         let goes_out = plans.iter().any(|p| matches!(p, Plan::Send { .. }));
         let _suspended = match goes_out.then(|| self.suspend.try_suspend()) {
-            Some(None) => {
+            Some(None) if self.suspend.parking_pays(expected_wait(&plans)) => {
+                self.suspend.parked();
                 self.parked = Some(Parked::sending(send_parked(Arc::clone(&self.node), plans)));
                 return Err(wasmtime::Error::msg(
                     "the row waits for its answers without its instance",
                 ));
             }
-            Some(Some(suspended)) => Some(suspended),
+            // Beyond the budget, a row whose restart would cost more than
+            // its wait keeps its instance suspended.
+            Some(suspended) => suspended,
             None => None,
         };
         let node = &self.node;
@@ -65,6 +68,19 @@ impl GuestState {
         });
         Ok(futures::future::join_all(calls).await)
     }
+}
+
+/// How long the requests that go out should take: the slowest of their
+/// endpoints' smoothed round trips, unknown until each has answered.
+fn expected_wait(plans: &[Plan]) -> Option<std::time::Duration> {
+    let mut longest = None;
+    for plan in plans {
+        if let Plan::Send { endpoint, .. } = plan {
+            let wait = endpoint.expected_wait()?;
+            longest = longest.max(Some(wait));
+        }
+    }
+    longest
 }
 
 /// Sends a parked row's requests, each answer recorded for its replay. The

@@ -7,6 +7,7 @@ pub mod cache_dir;
 mod calls;
 mod chat;
 pub mod contract;
+pub mod cpu_time;
 mod error;
 mod limits;
 mod output;

@@ -6,6 +6,7 @@
 
 use super::bindings::{GuestRowError, NodeInfo, Outcome, v0_1, v0_2, v0_3};
 use super::contract::{self, Contract};
+use super::cpu_time::Timed;
 use super::limits::{LimitHit, NodeMemory};
 use super::parking::SuspendBudget;
 use super::refused::RefusedOptions;
@@ -32,6 +33,8 @@ pub struct GuestInstance {
 #[derive(Default)]
 struct Census {
     live: AtomicUsize,
+    /// Instances started over the run.
+    started: AtomicUsize,
     returned: Notify,
     /// Whether rows have had to wait, so it is said once.
     waited: AtomicBool,
@@ -43,6 +46,7 @@ struct Counted(Arc<Census>);
 impl Counted {
     fn new(census: &Arc<Census>) -> Self {
         census.live.fetch_add(1, Ordering::AcqRel);
+        census.started.fetch_add(1, Ordering::Relaxed);
         Self(Arc::clone(census))
     }
 }
@@ -296,7 +300,17 @@ impl NodeRuntime {
         &self.info.output_fields
     }
 
+    /// A new configured instance; the CPU it took to start is what a row
+    /// that parks costs in instances (see `parking`).
     async fn instantiate(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
+        let (started, spent) = Timed::new(Box::pin(self.start_instance()), true).await;
+        if let Some(spent) = spent {
+            self.suspend.instance_started(spent);
+        }
+        started
+    }
+
+    async fn start_instance(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
         let state = GuestState::new(
             Arc::clone(&self.services),
             &self.limits,
@@ -400,6 +414,20 @@ impl NodeRuntime {
     pub fn checkin(&self, instance: GuestInstance) {
         self.idle.lock().expect("pool lock").push(instance);
         self.census.returned.notify_one();
+    }
+
+    /// The node's calls take `per_call` of CPU on average: what a parked
+    /// row costs again when it runs from its recorded answers.
+    pub fn calls_take(&self, per_call: std::time::Duration) {
+        self.suspend.calls_take(per_call);
+    }
+
+    /// Instances started over the run, and rows that parked without theirs.
+    pub fn instances_started(&self) -> (usize, u64) {
+        (
+            self.census.started.load(Ordering::Relaxed),
+            self.suspend.rows_parked(),
+        )
     }
 
     pub fn instances_idle(&self) -> usize {

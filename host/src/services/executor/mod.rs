@@ -297,13 +297,19 @@ impl Endpoint {
         Some(paid)
     }
 
-    /// Where the endpoint's requests wait for batches, in batch mode.
+    /// How long a request sent now should take to be answered: the
+    /// smoothed round trip, once the endpoint has answered.
+    pub fn expected_wait(&self) -> Option<Duration> {
+        self.limiter.srtt()
+    }
+
     /// Rows worth having under way for this endpoint: see
     /// `Limiter::rows_wanted`.
     pub fn rows_wanted(&self) -> usize {
         self.limiter.rows_wanted()
     }
 
+    /// Where the endpoint's requests wait for batches, in batch mode.
     pub fn batch(&self) -> Option<&Arc<BatchQueue>> {
         self.batch.as_ref()
     }
