@@ -385,7 +385,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             node.guest_cost.calls_on_guest_threads()
         );
         // Whether rows ran again to spare instances waiting on the network.
-        let (started, parked) = node.runtime.instances_started();
+        let (started, parked) = node.runtime.starts_and_parks();
         tracing::info!(
             "node `{}`: {started} instances started; {parked} rows waited for their answers \
              without their instance and ran again",

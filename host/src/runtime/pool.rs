@@ -423,7 +423,7 @@ impl NodeRuntime {
     }
 
     /// Instances started over the run, and rows that parked without theirs.
-    pub fn instances_started(&self) -> (usize, u64) {
+    pub fn starts_and_parks(&self) -> (usize, u64) {
         (
             self.census.started.load(Ordering::Relaxed),
             self.suspend.rows_parked(),
