@@ -49,6 +49,11 @@ type Result<T, E = RunError> = std::result::Result<T, E>;
 /// Rows read ahead of the first node, so a slow disk never starves it.
 const READ_AHEAD: usize = 1024;
 
+/// Rows of a file handed from the reader's thread to the nodes at once:
+/// one row at a time, the reader and the main thread would wake each other
+/// for every row.
+const READ_CHUNK: usize = 64;
+
 pub struct RunOptions {
     pub show_progress: bool,
     /// Carry on an unfinished run instead of starting one.
@@ -213,6 +218,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             rows,
             stamp,
             content_hash,
+            file: pipeline.source.path.metadata().is_ok_and(|m| m.is_file()),
         };
         Ok::<_, RunError>((prepared, source, columns))
     }
@@ -512,6 +518,9 @@ struct Source {
     stamp: io::FileStamp,
     /// Complete once `rows` is read to the end.
     content_hash: hashing::ContentHash,
+    /// A regular file rather than a pipe, whose next row may be long in
+    /// coming: its rows can go to the nodes in chunks.
+    file: bool,
 }
 
 /// Records a run that could not start as such, so it never shows as running.
@@ -539,10 +548,12 @@ fn read_source(
     failure: Arc<Mutex<Option<RunError>>>,
     stop: Arc<RunStop>,
 ) -> BoxStream<'static, Flow> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Flow>(READ_AHEAD);
+    let chunk = if source.file { READ_CHUNK } else { 1 };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Flow>>(READ_AHEAD / chunk);
     let stop_reading = Arc::clone(&stop);
     tokio::task::spawn_blocking(move || {
         let hashed = audit.is_some() || check.is_some();
+        let mut ready = Vec::with_capacity(chunk);
         for SourceRow { index, line, row } in source.rows {
             if index < range.start {
                 continue;
@@ -569,6 +580,10 @@ fn read_source(
                         if let Ok(mut slot) = failure.lock() {
                             *slot = Some(e);
                         }
+                        // The rows before it run as they would have.
+                        if !ready.is_empty() {
+                            let _ = tx.blocking_send(ready);
+                        }
                         return;
                     }
                 }
@@ -591,9 +606,19 @@ fn read_source(
                     input: Vec::new(),
                 }),
             );
-            if tx.blocking_send(flow).is_err() {
-                break;
+            ready.push(flow);
+            // A chunk goes once full, or at once while the nodes have
+            // nothing left to take, so that they never wait on a chunk.
+            if ready.len() >= chunk || tx.capacity() == tx.max_capacity() {
+                let full = std::mem::replace(&mut ready, Vec::with_capacity(chunk));
+                if tx.blocking_send(full).is_err() {
+                    break;
+                }
             }
+        }
+        if !ready.is_empty() {
+            // The nodes may have stopped taking rows: nothing to do then.
+            let _ = tx.blocking_send(ready);
         }
         // The reader buffers ahead: the file can be read whole even when the
         // loop left rows (a shard's end, a stop), and the hash is the file's.
@@ -609,6 +634,7 @@ fn read_source(
     // resume once the run is told to stop.
     let reading = Arc::clone(&stop_reading);
     stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .flat_map(stream::iter)
         .take_while(move |_| std::future::ready(!reading.is_draining()))
         .boxed()
 }
