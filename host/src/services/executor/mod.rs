@@ -183,6 +183,12 @@ pub struct Endpoint {
     pub spec: EndpointSpec,
     target: Target,
     client: reqwest::Client,
+    /// The client of requests sent from a multi-thread runtime (the guest
+    /// threads'), made on first use. A connection's task runs on the
+    /// runtime that opened it: with one pool, connections opened by the
+    /// main thread's first calls would make every later exchange of a
+    /// guest thread wake the main thread and back.
+    threaded_client: std::sync::OnceLock<reqwest::Client>,
     limiter: Limiter,
     breaker: Breaker,
     rates: RateLimits,
@@ -224,12 +230,7 @@ impl Endpoint {
             )?)),
             _ => None,
         };
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
-            .pool_max_idle_per_host(spec.pool_size)
-            .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?;
+        let client = http_client(name, spec)?;
         let initial = if spec.adaptive_concurrency {
             spec.initial_concurrency
         } else {
@@ -240,6 +241,7 @@ impl Endpoint {
             spec: spec.clone(),
             target,
             client,
+            threaded_client: std::sync::OnceLock::new(),
             limiter: Limiter::new(initial, spec.pool_size),
             breaker: Breaker::new(
                 spec.breaker_failures,
@@ -450,8 +452,18 @@ impl Endpoint {
     }
 
     fn dispatch(&self) -> Dispatch<'_> {
+        let threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let client = if threaded {
+            self.threaded_client.get_or_init(|| {
+                // Built once already with the same settings.
+                http_client(&self.name, &self.spec).unwrap_or_else(|_| self.client.clone())
+            })
+        } else {
+            &self.client
+        };
         Dispatch {
-            client: &self.client,
+            client,
             target: &self.target,
             kind: self.spec.kind,
             secrets: &self.secrets,
@@ -468,4 +480,15 @@ impl Endpoint {
         let count = |key: &str| usage.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
         Some((count("prompt_tokens"), count("completion_tokens")))
     }
+}
+
+/// An endpoint's HTTP client: its pool of connections, with the endpoint's
+/// connect timeout.
+fn http_client(name: &str, spec: &EndpointSpec) -> Result<reqwest::Client, EndpointError> {
+    Ok(reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
+        .pool_max_idle_per_host(spec.pool_size)
+        .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?)
 }
