@@ -6,7 +6,7 @@ use super::stderr::StderrTail;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
-use wasmtime_wasi::{Deterministic, HostMonotonicClock, HostWallClock, WasiCtx, WasiView};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiView};
 
 /// A WASI context that grants nothing a guest could learn the world from: no
 /// files, environment, arguments or sockets; clocks stopped at the Unix epoch;
@@ -19,10 +19,51 @@ pub(super) fn sealed(stderr: &StderrTail) -> WasiCtx {
         .stderr(stderr.clone())
         .wall_clock(StoppedClock)
         .monotonic_clock(StoppedClock)
-        .secure_random(Deterministic::new(fixed_bytes()))
-        .insecure_random(Deterministic::new(fixed_bytes()))
+        .secure_random(FixedBytes::default())
+        .insecure_random(FixedBytes::default())
         .insecure_random_seed(0x5745_4952);
     builder.build()
+}
+
+/// The bytes a guest's randomness cycles through: made once for every
+/// instance, which each held two copies of its own before.
+static FIXED_BYTES: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(fixed_bytes);
+
+/// A generator that cycles through `FIXED_BYTES`, giving what
+/// `wasmtime_wasi::Deterministic` gives over the same bytes, so that a
+/// guest asks what it asked under earlier versions and a resumed run still
+/// recognises the requests it paid for.
+#[derive(Default)]
+struct FixedBytes {
+    at: usize,
+}
+
+impl FixedBytes {
+    fn next_byte(&mut self) -> u8 {
+        let byte = FIXED_BYTES[self.at];
+        self.at = (self.at + 1) % FIXED_BYTES.len();
+        byte
+    }
+}
+
+impl rand_core::TryRng for FixedBytes {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        let bytes = [0; 4].map(|_: u8| self.next_byte());
+        Ok(u32::from_be_bytes(bytes))
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        let high = u64::from(self.try_next_u32()?);
+        let low = u64::from(self.try_next_u32()?);
+        Ok((high << 32) | low)
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        dst.iter_mut().for_each(|b| *b = self.next_byte());
+        Ok(())
+    }
 }
 
 /// 4 KiB from a fixed-seed SplitMix64: varied, but the same in every run.
@@ -103,6 +144,27 @@ impl Pollable for Elapsed {
         if !self.yielded {
             self.yielded = true;
             tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_core::TryRng;
+
+    #[test]
+    fn the_shared_bytes_give_what_a_deterministic_generator_over_them_gives() {
+        let mut ours = FixedBytes::default();
+        let mut theirs = wasmtime_wasi::Deterministic::new(fixed_bytes());
+        // Mixed calls, enough to wrap around the 4 KiB more than once.
+        for round in 0..700 {
+            assert_eq!(ours.try_next_u32(), theirs.try_next_u32(), "round {round}");
+            assert_eq!(ours.try_next_u64(), theirs.try_next_u64(), "round {round}");
+            let (mut a, mut b) = ([0u8; 7], [0u8; 7]);
+            ours.try_fill_bytes(&mut a).unwrap();
+            theirs.try_fill_bytes(&mut b).unwrap();
+            assert_eq!(a, b, "round {round}");
         }
     }
 }
