@@ -71,7 +71,7 @@ impl GuestState {
 }
 
 /// How long the requests that go out should take: the slowest of their
-/// endpoints' smoothed round trips, unknown until each has answered.
+/// endpoints' recent latencies, unknown until each has answered.
 fn expected_wait(plans: &[Plan]) -> Option<std::time::Duration> {
     let mut longest = None;
     for plan in plans {

@@ -175,11 +175,6 @@ impl Limiter {
         limit + (limit / 4).max(LINE) + s.waiting_out_refusals
     }
 
-    /// The smoothed round trip, once an answer came.
-    pub fn srtt(&self) -> Option<Duration> {
-        self.lock().controller.srtt()
-    }
-
     /// Stops every dispatch until `until` (an exhausted rate-limit window).
     pub fn pause_until(&self, until: Instant) {
         let mut s = self.lock();

@@ -299,10 +299,11 @@ impl Endpoint {
         Some(paid)
     }
 
-    /// How long a request sent now should take to be answered: the
-    /// smoothed round trip, once the endpoint has answered.
+    /// How long a request sent now should take to be answered, once the
+    /// endpoint has answered: its recent attempts' mean latency, known
+    /// whether or not its concurrency adapts.
     pub fn expected_wait(&self) -> Option<Duration> {
-        self.limiter.srtt()
+        self.stats.typical_latency()
     }
 
     /// Rows worth having under way for this endpoint: see
