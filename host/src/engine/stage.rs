@@ -357,7 +357,6 @@ impl Node {
         let run = scopes.iter().map(|s| s.restart(waited)).collect();
         let (instance, processed) =
             guest_threads::process(instance, input, run, &self.guest_cost).await;
-        self.runtime.calls_take(self.guest_cost.per_call());
         self.rows_truncated
             .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
         drop(slot);

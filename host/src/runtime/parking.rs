@@ -11,7 +11,7 @@
 //! the start and its requests, numbered the same way, take them instead of
 //! being sent again.
 //!
-//! Running a row again costs a new instance and the call once more: about
+//! Running a row again costs a new instance and its first call: about
 //! 0.2 ms of CPU for the built-in `llm` guest, several milliseconds for an
 //! interpreter inside the component (a Python guest's new instance writes
 //! megabytes of its memory image, each page a copy-on-write fault). A row
@@ -48,8 +48,8 @@ pub struct SuspendBudget {
     suspended: AtomicUsize,
     /// CPU nanoseconds a new instance takes to start and configure.
     instance_nanos: AtomicU64,
-    /// CPU nanoseconds a call takes, as the node measures its calls.
-    call_nanos: AtomicU64,
+    /// CPU nanoseconds a new instance's first call takes.
+    first_call_nanos: AtomicU64,
     /// Rows that parked, for the run's log.
     parked: AtomicU64,
 }
@@ -61,7 +61,7 @@ impl SuspendBudget {
             limit: AtomicUsize::new(limit),
             suspended: AtomicUsize::new(0),
             instance_nanos: AtomicU64::new(0),
-            call_nanos: AtomicU64::new(0),
+            first_call_nanos: AtomicU64::new(0),
             parked: AtomicU64::new(0),
         }
     }
@@ -85,28 +85,20 @@ impl SuspendBudget {
 
     /// A new instance took `spent` of CPU to start and configure.
     pub fn instance_started(&self, spent: Duration) {
-        let sample = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
-        let mean = self.instance_nanos.load(Ordering::Relaxed);
-        // The first measurement is taken whole; a race that loses an update
-        // only slows the mean down.
-        let next = if mean == 0 {
-            sample
-        } else {
-            mean - (mean >> RECENT_SHIFT) + (sample >> RECENT_SHIFT)
-        };
-        self.instance_nanos.store(next, Ordering::Relaxed);
+        running_mean(&self.instance_nanos, spent);
     }
 
-    /// The node's calls take `per_call` of CPU, on average.
-    pub fn calls_take(&self, per_call: Duration) {
-        let nanos = u64::try_from(per_call.as_nanos()).unwrap_or(u64::MAX);
-        self.call_nanos.store(nanos, Ordering::Relaxed);
+    /// A new instance's first call took `spent` of CPU: more than later
+    /// calls, by the pages of its memory image it wrote for the first time.
+    pub fn first_call_took(&self, spent: Duration) {
+        running_mean(&self.first_call_nanos, spent);
     }
 
-    /// The CPU a parked row takes to run again: a new instance and its call.
+    /// The CPU a parked row takes to run again: a new instance and its
+    /// first call.
     pub fn restart_cost(&self) -> Duration {
         let instance = self.instance_nanos.load(Ordering::Relaxed);
-        let call = self.call_nanos.load(Ordering::Relaxed);
+        let call = self.first_call_nanos.load(Ordering::Relaxed);
         Duration::from_nanos(instance.saturating_add(call))
     }
 
@@ -146,6 +138,19 @@ impl Drop for Suspended {
     fn drop(&mut self) {
         self.0.suspended.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Moves the mean in `nanos` towards `sample`; the first sample is taken
+/// whole. A race that loses an update only slows the mean down.
+fn running_mean(nanos: &AtomicU64, sample: Duration) {
+    let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
+    let mean = nanos.load(Ordering::Relaxed);
+    let next = if mean == 0 {
+        sample
+    } else {
+        mean - (mean >> RECENT_SHIFT) + (sample >> RECENT_SHIFT)
+    };
+    nanos.store(next, Ordering::Relaxed);
 }
 
 /// The answers a parked row's requests got while it had no instance, by
@@ -238,14 +243,14 @@ mod tests {
         let budget = SuspendBudget::new(1);
         assert!(budget.parking_pays(None), "no answer yet: park");
         budget.instance_started(Duration::from_millis(4));
-        budget.calls_take(Duration::from_millis(1));
+        budget.first_call_took(Duration::from_millis(1));
         assert_eq!(budget.restart_cost(), Duration::from_millis(5));
         assert!(!budget.parking_pays(Some(Duration::from_millis(20))));
         assert!(budget.parking_pays(Some(Duration::from_millis(50))));
         // A cheap guest parks for a short wait.
         let cheap = SuspendBudget::new(1);
         cheap.instance_started(Duration::from_micros(100));
-        cheap.calls_take(Duration::from_micros(100));
+        cheap.first_call_took(Duration::from_micros(100));
         assert!(cheap.parking_pays(Some(Duration::from_millis(2))));
     }
 

@@ -22,6 +22,9 @@ use wasmtime::{Store, UpdateDeadline};
 pub struct GuestInstance {
     store: Store<GuestState>,
     exports: Exports,
+    /// No call has run on it yet: the first writes pages of its memory
+    /// image for the first time, which a row that parks pays again.
+    fresh: bool,
     /// Declared last, so dropped last: the instance's memory is back in the
     /// node's budget before waiting rows are told.
     _counted: Counted,
@@ -177,7 +180,12 @@ impl GuestInstance {
         self.store.data_mut().cpu.refill();
         self.store.set_epoch_deadline(1);
         self.store.data_mut().start_call(scope);
-        let result = self.exports.process(&mut self.store, rows).await;
+        let fresh = std::mem::take(&mut self.fresh);
+        let call = Box::pin(self.exports.process(&mut self.store, rows));
+        let (result, spent) = Timed::new(call, fresh).await;
+        if let Some(spent) = spent {
+            self.store.data().suspend.first_call_took(spent);
+        }
         self.store.data_mut().end_call();
         let stderr = self.store.data().stderr.take();
         let outcomes = result.map_err(|trap| match self.store.data_mut().parked.take() {
@@ -300,8 +308,8 @@ impl NodeRuntime {
         &self.info.output_fields
     }
 
-    /// A new configured instance; the CPU it took to start is what a row
-    /// that parks costs in instances (see `parking`).
+    /// A new configured instance; the CPU it took to start is part of what
+    /// a row that parks costs (see `parking`).
     async fn instantiate(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
         let (started, spent) = Timed::new(Box::pin(self.start_instance()), true).await;
         if let Some(spent) = spent {
@@ -351,6 +359,7 @@ impl NodeRuntime {
         let instance = GuestInstance {
             store,
             exports,
+            fresh: true,
             _counted: Counted::new(&self.census),
         };
         Ok((instance, info))
@@ -414,12 +423,6 @@ impl NodeRuntime {
     pub fn checkin(&self, instance: GuestInstance) {
         self.idle.lock().expect("pool lock").push(instance);
         self.census.returned.notify_one();
-    }
-
-    /// The node's calls take `per_call` of CPU on average: what a parked
-    /// row costs again when it runs from its recorded answers.
-    pub fn calls_take(&self, per_call: std::time::Duration) {
-        self.suspend.calls_take(per_call);
     }
 
     /// Instances started over the run, and rows that parked without theirs.
