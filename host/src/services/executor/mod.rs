@@ -457,7 +457,8 @@ impl Endpoint {
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         let client = if threaded {
             self.threaded_client.get_or_init(|| {
-                // Built once already with the same settings.
+                // The same settings built `client`, so this does not fail;
+                // if it did, the shared pool would still serve.
                 http_client(&self.name, &self.spec).unwrap_or_else(|_| self.client.clone())
             })
         } else {
