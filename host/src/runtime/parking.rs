@@ -20,6 +20,7 @@
 //! budget, which still bounds them all.
 
 use super::bindings::{CallError, Response};
+use crate::services::running_mean::RunningMean;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,17 +40,14 @@ const SUSPENDED_MEMORY_SHARE: usize = 2;
 /// keeps its instances when answers come quickly.
 const WAIT_PER_RESTART: u32 = 10;
 
-/// The newest measurement's weight in a running mean: one in eight.
-const RECENT_SHIFT: u32 = 3;
-
 /// The node's instances waiting suspended on the network, within a budget.
 pub struct SuspendBudget {
     limit: AtomicUsize,
     suspended: AtomicUsize,
-    /// CPU nanoseconds a new instance takes to start and configure.
-    instance_nanos: AtomicU64,
-    /// CPU nanoseconds a new instance's first call takes.
-    first_call_nanos: AtomicU64,
+    /// The CPU a new instance takes to start and configure.
+    instance: RunningMean,
+    /// The CPU a new instance's first call takes.
+    first_call: RunningMean,
     /// Rows that parked, for the run's log.
     parked: AtomicU64,
 }
@@ -60,8 +58,8 @@ impl SuspendBudget {
         Self {
             limit: AtomicUsize::new(limit),
             suspended: AtomicUsize::new(0),
-            instance_nanos: AtomicU64::new(0),
-            first_call_nanos: AtomicU64::new(0),
+            instance: RunningMean::default(),
+            first_call: RunningMean::default(),
             parked: AtomicU64::new(0),
         }
     }
@@ -85,21 +83,19 @@ impl SuspendBudget {
 
     /// A new instance took `spent` of CPU to start and configure.
     pub fn instance_started(&self, spent: Duration) {
-        running_mean(&self.instance_nanos, spent);
+        self.instance.record(spent);
     }
 
     /// A new instance's first call took `spent` of CPU: more than later
     /// calls, by the pages of its memory image it wrote for the first time.
     pub fn first_call_took(&self, spent: Duration) {
-        running_mean(&self.first_call_nanos, spent);
+        self.first_call.record(spent);
     }
 
     /// The CPU a parked row takes to run again: a new instance and its
     /// first call.
     pub fn restart_cost(&self) -> Duration {
-        let instance = self.instance_nanos.load(Ordering::Relaxed);
-        let call = self.first_call_nanos.load(Ordering::Relaxed);
-        Duration::from_nanos(instance.saturating_add(call))
+        self.instance.get().unwrap_or_default() + self.first_call.get().unwrap_or_default()
     }
 
     /// Whether a row beyond the budget should park rather than wait with
@@ -138,19 +134,6 @@ impl Drop for Suspended {
     fn drop(&mut self) {
         self.0.suspended.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Moves the mean in `nanos` towards `sample`; the first sample is taken
-/// whole. A race that loses an update only slows the mean down.
-fn running_mean(nanos: &AtomicU64, sample: Duration) {
-    let sample = u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX);
-    let mean = nanos.load(Ordering::Relaxed);
-    let next = if mean == 0 {
-        sample
-    } else {
-        mean - (mean >> RECENT_SHIFT) + (sample >> RECENT_SHIFT)
-    };
-    nanos.store(next, Ordering::Relaxed);
 }
 
 /// The answers a parked row's requests got while it had no instance, by

@@ -181,8 +181,10 @@ impl GuestInstance {
         self.store.set_epoch_deadline(1);
         self.store.data_mut().start_call(scope);
         let fresh = std::mem::take(&mut self.fresh);
-        let call = Box::pin(self.exports.process(&mut self.store, rows));
-        let (result, spent) = Timed::new(call, fresh).await;
+        let (result, spent) = {
+            let call = std::pin::pin!(self.exports.process(&mut self.store, rows));
+            Timed::new(call, fresh).await
+        };
         if let Some(spent) = spent {
             self.store.data().suspend.first_call_took(spent);
         }
@@ -311,7 +313,8 @@ impl NodeRuntime {
     /// A new configured instance; the CPU it took to start is part of what
     /// a row that parks costs (see `parking`).
     async fn instantiate(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
-        let (started, spent) = Timed::new(Box::pin(self.start_instance()), true).await;
+        let starting = std::pin::pin!(self.start_instance());
+        let (started, spent) = Timed::new(starting, true).await;
         if let Some(spent) = spent {
             self.suspend.instance_started(spent);
         }

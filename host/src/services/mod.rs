@@ -6,5 +6,6 @@ pub mod budget;
 pub mod cache;
 pub mod cost;
 pub mod executor;
+pub mod running_mean;
 pub mod stop;
 pub mod storage;

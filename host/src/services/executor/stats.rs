@@ -3,6 +3,7 @@
 use super::breaker::BreakerState;
 use super::limiter::LimiterSnapshot;
 use super::retry::RetryCause;
+use crate::services::running_mean::RunningMean;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::sync::Mutex;
@@ -24,15 +25,11 @@ pub struct Stats {
     in_flight: AtomicU64,
     peak_in_flight: AtomicU64,
     latencies: Mutex<Latencies>,
-    /// Attempts' latency as a running mean, in nanoseconds (0 before the
-    /// first): read on the path of every row, where the histogram's lock
-    /// and quantile would cost too much.
-    smoothed_latency_nanos: AtomicU64,
+    /// Attempts' latency as a running mean: read on the path of every row,
+    /// where the histogram's lock and quantile would cost too much.
+    smoothed_latency: RunningMean,
     money: Mutex<Money>,
 }
-
-/// The newest attempt's weight in the running mean of latencies: one in eight.
-const RECENT_SHIFT: u32 = 3;
 
 /// Attempt latencies in a histogram of fixed size (under 200 KB), however
 /// many calls a run makes: a list of every one grew by 4 bytes a call.
@@ -139,24 +136,12 @@ impl Stats {
     pub fn attempt_ended(&self, latency: Duration) {
         self.in_flight.fetch_sub(1, Relaxed);
         self.latencies.lock().expect("stats lock").record(latency);
-        // At least a nanosecond, so that zero still means no answer yet; a
-        // race that loses an update only slows the mean down.
-        let sample = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let mean = self.smoothed_latency_nanos.load(Relaxed);
-        let next = if mean == 0 {
-            sample
-        } else {
-            (mean - (mean >> RECENT_SHIFT) + (sample >> RECENT_SHIFT)).max(1)
-        };
-        self.smoothed_latency_nanos.store(next, Relaxed);
+        self.smoothed_latency.record(latency);
     }
 
     /// How long recent attempts took, once one has ended.
     pub fn typical_latency(&self) -> Option<Duration> {
-        match self.smoothed_latency_nanos.load(Relaxed) {
-            0 => None,
-            nanos => Some(Duration::from_nanos(nanos)),
-        }
+        self.smoothed_latency.get()
     }
 
     pub fn retried(&self, cause: RetryCause) {
