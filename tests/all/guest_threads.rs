@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 use weir_test_llm_server::{Reply, Script, TestLlmServer};
 
-/// Two guest threads, every call handed to them, and the log line that
-/// counts those calls.
+/// Two threads for guest code (the main one and a guest thread), every
+/// call handed to the guest thread, and the log line that counts those
+/// calls.
 const ON_GUEST_THREADS: [(&str, &str); 3] = [
     ("WEIR_THREADS", "2"),
     ("WEIR_GUEST_THREADS_ABOVE_US", "0"),

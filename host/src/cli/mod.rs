@@ -23,9 +23,9 @@ use std::time::Duration;
     about = "Run LLM batch pipelines whose transforms are sandboxed WebAssembly components"
 )]
 struct Cli {
-    /// Threads that run guest code beside the main one, for the nodes whose
-    /// guests do heavy work of their own (e.g. Python or JavaScript); 1 runs
-    /// everything on the main thread. Default: the cores weir may use.
+    /// Threads that run guest code, the main one among them, for the nodes
+    /// whose guests do heavy work of their own (e.g. Python or JavaScript);
+    /// 1 runs everything on the main thread. Default: the cores weir may use.
     #[arg(long, global = true, env = "WEIR_THREADS", value_name = "N")]
     threads: Option<std::num::NonZeroUsize>,
     #[command(subcommand)]
@@ -333,7 +333,7 @@ pub fn main() -> ExitCode {
     init_logging();
     // One thread for the I/O and the cheap guests: worker threads would add
     // cross-thread wake-ups for every HTTP exchange, which cost more CPU than
-    // the rest of a row. Heavy guests' calls go to the guest threads.
+    // the rest of a row. Heavy guests' calls are shared with the guest threads.
     if let Err(e) = start_guest_threads(cli.threads) {
         return fail(e);
     }

@@ -5,7 +5,7 @@
 //! wall time, so a thread the system preempts does not make a cheap guest
 //! look heavy.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The recent calls' weight in the average: one in eight.
@@ -31,6 +31,8 @@ pub struct GuestCost {
     on_guest_threads: AtomicU64,
     calls: AtomicU64,
     measured: AtomicU64,
+    /// Whether the calls were last found heavy (`heavy`).
+    heavy: AtomicBool,
 }
 
 impl GuestCost {
@@ -74,6 +76,25 @@ impl GuestCost {
     pub fn above(&self, threshold: Duration) -> bool {
         self.measured.load(Ordering::Relaxed) >= MEASURED_BEFORE_HEAVY
             && self.per_call() > threshold
+    }
+
+    /// Whether the calls are heavy: once above `threshold`, until they take
+    /// less than half of it. The same call takes longer on a guest thread
+    /// than on the main one (colder caches, a core it shares with the
+    /// run's other threads): with one threshold, a guest near it would
+    /// move back and forth and stay wherever it last crossed, for the
+    /// Python example the main thread, on which it then ran alone.
+    pub fn heavy(&self, threshold: Duration) -> bool {
+        let was = self.heavy.load(Ordering::Relaxed);
+        let now = if was {
+            self.per_call() >= threshold / 2
+        } else {
+            self.above(threshold)
+        };
+        if now != was {
+            self.heavy.store(now, Ordering::Relaxed);
+        }
+        now
     }
 }
 
@@ -119,6 +140,34 @@ mod tests {
         let cost = GuestCost::default();
         let at: Vec<usize> = (0..33).filter(|_| cost.measure_next()).collect();
         assert_eq!(at, vec![0, 16, 32]);
+    }
+
+    #[test]
+    fn a_heavy_guest_stays_heavy_until_below_half_the_threshold() {
+        let threshold = Duration::from_micros(250);
+        let cost = GuestCost::default();
+        for _ in 0..40 {
+            cost.record(Duration::from_micros(400), true);
+        }
+        assert!(cost.heavy(threshold));
+        // Cheaper than the threshold, as the same calls are on the main
+        // thread: still heavy.
+        for _ in 0..40 {
+            cost.record(Duration::from_micros(190), false);
+        }
+        assert!(!cost.above(threshold));
+        assert!(cost.heavy(threshold), "within the band: stays");
+        for _ in 0..40 {
+            cost.record(Duration::from_micros(50), false);
+        }
+        assert!(!cost.heavy(threshold), "below half: cheap again");
+        for _ in 0..40 {
+            cost.record(Duration::from_micros(190), false);
+        }
+        assert!(
+            !cost.heavy(threshold),
+            "within the band from below: stays cheap"
+        );
     }
 
     #[test]

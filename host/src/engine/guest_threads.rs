@@ -11,10 +11,12 @@
 use super::guest_cost::GuestCost;
 use crate::runtime::bindings::Outcome;
 use crate::runtime::cpu_time::Timed;
-use crate::runtime::{GuestInstance, Interrupted, RowScope};
+use crate::runtime::{GuestInstance, Interrupted, NodeRuntime, RowScope, Unavailable};
+use crate::services::executor;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -25,24 +27,54 @@ use tokio::task::JoinHandle;
 const DEFAULT_THRESHOLD: Duration = Duration::from_micros(250);
 
 struct GuestThreads {
-    runtime: tokio::runtime::Runtime,
+    workers: Vec<Worker>,
+    /// Heavy calls under way on the main thread. It takes its share of
+    /// them: every call handed over costs a wake-up of the thread it goes
+    /// to and another of the main thread when it ends, and on a machine
+    /// with few cores those wake-ups cost more than the call.
+    local: AtomicUsize,
     threshold: Duration,
+}
+
+/// One guest thread: a runtime of its own, so that a call, the
+/// connections its requests use and the instance it runs on stay on one
+/// core from start to end. A runtime shared by the threads moves a call to
+/// whichever thread its answer wakes, and with it the instance's memory
+/// from one core's cache to the other's.
+struct Worker {
+    handle: tokio::runtime::Handle,
+    /// Calls handed to it and not ended: the next call goes to the
+    /// thread with the fewest.
+    calls: AtomicUsize,
 }
 
 /// Set once by `start`, for the life of the process; never dropped, since a
 /// runtime cannot be dropped from within another one's tasks.
 static GUEST_THREADS: OnceLock<GuestThreads> = OnceLock::new();
 
-/// Starts `threads` guest threads. `threshold` overrides the guest time per
-/// call above which a node's calls move to them (zero moves every call).
+/// Runs heavy guests' calls on `threads` threads, the main one among them.
+/// `threshold` overrides the guest time per call above which a node's calls
+/// count as heavy (zero hands every call to the guest threads).
 pub fn start(threads: usize, threshold: Option<Duration>) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("weir-guest")
-        .enable_all()
-        .build()?;
+    let mut workers = Vec::with_capacity(threads);
+    for index in 0..threads.saturating_sub(1) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        workers.push(Worker {
+            handle: runtime.handle().clone(),
+            calls: AtomicUsize::new(0),
+        });
+        std::thread::Builder::new()
+            .name("weir-guest".into())
+            .spawn(move || {
+                executor::use_own_connections(index + 1);
+                runtime.block_on(std::future::pending::<()>());
+            })?;
+    }
     let threads = GuestThreads {
-        runtime,
+        workers,
+        local: AtomicUsize::new(0),
         threshold: threshold.unwrap_or(DEFAULT_THRESHOLD),
     };
     if GUEST_THREADS.set(threads).is_err() {
@@ -51,36 +83,141 @@ pub fn start(threads: usize, threshold: Option<Duration>) -> std::io::Result<()>
     Ok(())
 }
 
-/// Runs `process` on `instance` over `input`, on a guest thread when the
-/// node's guest is heavy enough, else on this task; records the time the
-/// call held its thread in `cost`. Hands the instance back with the result.
+impl GuestThreads {
+    /// The guest thread with the fewest calls under way; None when the
+    /// main thread has fewer still, unless every call is to be handed over.
+    fn least_busy(&self) -> Option<&Worker> {
+        let worker = self
+            .workers
+            .iter()
+            .min_by_key(|w| w.calls.load(Ordering::Relaxed))?;
+        let here = self.local.load(Ordering::Relaxed);
+        (self.threshold.is_zero() || worker.calls.load(Ordering::Relaxed) < here).then_some(worker)
+    }
+}
+
+/// A call counted against its thread until it ends.
+struct Busy(&'static AtomicUsize);
+
+impl Busy {
+    fn new(calls: &'static AtomicUsize) -> Self {
+        calls.fetch_add(1, Ordering::AcqRel);
+        Self(calls)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A call on a guest thread, counted until what it holds is dropped: a
+/// struct's fields drop in order, the future's before the count.
+struct Counted<F> {
+    future: Pin<Box<F>>,
+    _busy: Busy,
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+/// Longest `settle` waits: a cancelled call ends at its guest's next
+/// yield, well within this.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(10);
+
+/// Waits until no call handed to a guest thread is left there. A call
+/// whose row was dropped (a run stopped at once) is cancelled on its own
+/// thread, and holds the node's services, the audit log among them, until
+/// that thread drops it.
+pub async fn settle() {
+    let Some(threads) = GUEST_THREADS.get() else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    while threads
+        .workers
+        .iter()
+        .any(|w| w.calls.load(Ordering::Acquire) > 0)
+        && started.elapsed() < SETTLE_AT_MOST
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Runs `process` over `input` on one of the node's instances, on the
+/// least busy of the guest threads and this one when the node's guest is
+/// heavy enough, else on this task; records
+/// the time the call held its thread in `cost`. Hands the instance back
+/// with the result. A new instance that is slow to start (an interpreter
+/// loading its image) starts on a guest thread too, with its first call:
+/// started here, the first rows of a run would start theirs one after
+/// another on this thread while the guest threads waited.
 pub async fn process(
-    mut instance: GuestInstance,
+    runtime: &Arc<NodeRuntime>,
     input: &[String],
     scopes: Vec<RowScope>,
     cost: &GuestCost,
-) -> (GuestInstance, Result<Vec<Outcome>, Interrupted>) {
-    let guest_threads = GUEST_THREADS
-        .get()
-        .filter(|threads| threads.threshold.is_zero() || cost.above(threads.threshold));
+) -> Result<(GuestInstance, Result<Vec<Outcome>, Interrupted>), Unavailable> {
+    let idle = runtime.idle_instance();
+    let guest_threads = GUEST_THREADS.get().filter(|threads| {
+        threads.threshold.is_zero()
+            || cost.heavy(threads.threshold)
+            || (idle.is_none() && runtime.start_cost() > threads.threshold)
+    });
     let measured = cost.measure_next();
     let Some(guest_threads) = guest_threads else {
-        // Boxed: a future is as large as its largest state, and wasmtime's
-        // call would make the future of every row in flight cost kilobytes.
-        let call = Box::pin(instance.process(input, scopes));
-        let (processed, spent) = Timed::new(call, measured).await;
+        let (instance, processed, spent) = run(runtime, idle, input, scopes, measured).await?;
         record(cost, spent, false);
-        return (instance, processed);
+        return Ok((instance, processed));
     };
+    let Some(worker) = guest_threads.least_busy() else {
+        let busy = Busy::new(&guest_threads.local);
+        let (instance, processed, spent) = run(runtime, idle, input, scopes, measured).await?;
+        drop(busy);
+        record(cost, spent, false);
+        return Ok((instance, processed));
+    };
+    let runtime = Arc::clone(runtime);
     let input = input.to_vec();
-    let task = guest_threads.runtime.spawn(async move {
-        let call = Box::pin(instance.process(&input, scopes));
-        let (processed, spent) = Timed::new(call, measured).await;
-        (instance, processed, spent)
+    let task = worker.handle.spawn(Counted {
+        future: Box::pin(async move { run(&runtime, idle, &input, scopes, measured).await }),
+        _busy: Busy::new(&worker.calls),
     });
-    let (instance, processed, spent) = AbortOnDrop(task).await;
+    let (instance, processed, spent) = AbortOnDrop(task).await?;
     record(cost, spent, true);
-    (instance, processed)
+    Ok((instance, processed))
+}
+
+type Ran = (
+    GuestInstance,
+    Result<Vec<Outcome>, Interrupted>,
+    Option<Duration>,
+);
+
+/// The call on `idle`, or on an instance checked out now; with the CPU it
+/// took when `measured`.
+async fn run(
+    runtime: &NodeRuntime,
+    idle: Option<GuestInstance>,
+    input: &[String],
+    scopes: Vec<RowScope>,
+    measured: bool,
+) -> Result<Ran, Unavailable> {
+    let mut instance = match idle {
+        Some(instance) => instance,
+        // Boxed: a future is as large as its largest state, and wasmtime's
+        // calls would make the future of every row in flight cost kilobytes.
+        None => Box::pin(runtime.checkout()).await?,
+    };
+    let call = Box::pin(instance.process(input, scopes));
+    let (processed, spent) = Timed::new(call, measured).await;
+    Ok((instance, processed, spent))
 }
 
 fn record(cost: &GuestCost, spent: Option<Duration>, on_guest_thread: bool) {

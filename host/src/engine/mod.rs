@@ -393,9 +393,12 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         // Whether rows ran again to spare instances waiting on the network.
         let (started, parked) = node.runtime.starts_and_parks();
         tracing::info!(
-            "node `{}`: {started} instances started; {parked} rows waited for their answers \
-             without their instance and ran again",
+            "node `{}`: {started} instances started (each {} µs of CPU to start, {} µs for its \
+             first call); {parked} rows waited for their answers without their instance and ran \
+             again",
             node.config.name,
+            node.runtime.start_cost().as_micros(),
+            node.runtime.first_call_cost().as_micros(),
         );
     }
     report.rows_truncated = prepared
@@ -410,6 +413,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         .filter(|&(_, rows)| rows > 0)
         .collect();
     drop(prepared);
+    guest_threads::settle().await;
     if let Some(audit) = audit {
         let audit = Arc::try_unwrap(audit)
             .map_err(|_| RunError::Invalid("the audit log is still in use".into()))?;

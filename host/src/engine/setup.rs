@@ -25,7 +25,7 @@ pub struct Node {
     pub traps_in_a_row: std::sync::atomic::AtomicU32,
     /// Rows whose guest log lines or audit attachments were cut at their caps.
     pub rows_truncated: std::sync::atomic::AtomicU64,
-    pub runtime: NodeRuntime,
+    pub runtime: Arc<NodeRuntime>,
     /// Its guest's time per call: whether its calls go to the guest threads.
     pub guest_cost: super::guest_cost::GuestCost,
     /// Rows running the component at once, for a node granted a Batch API
@@ -274,7 +274,7 @@ impl Node {
             traps_in_a_row: Default::default(),
             rows_truncated: Default::default(),
             guest_cost: Default::default(),
-            runtime,
+            runtime: Arc::new(runtime),
             guest_slots: batch_mode.then(|| {
                 Arc::new(tokio::sync::Semaphore::new(
                     std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,

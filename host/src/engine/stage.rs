@@ -342,21 +342,17 @@ impl Node {
         waited: std::time::Duration,
         slot: Option<OwnedSemaphorePermit>,
     ) -> Attempt {
-        // Boxed: a future is as large as its largest state, and wasmtime's
-        // call would make the future of every row in flight cost kilobytes.
-        let checkout = Box::pin(self.runtime.checkout());
-        let instance = match checkout.await {
-            Ok(instance) => instance,
-            Err(e) => {
-                return Attempt::Finished(Err(match e.limit {
-                    Some(limit) => self.trap_error(Some(limit), &e),
-                    None => RowError::new("guest_unavailable", e.message),
-                }));
-            }
-        };
         let run = scopes.iter().map(|s| s.restart(waited)).collect();
         let (instance, processed) =
-            guest_threads::process(instance, input, run, &self.guest_cost).await;
+            match guest_threads::process(&self.runtime, input, run, &self.guest_cost).await {
+                Ok(ran) => ran,
+                Err(e) => {
+                    return Attempt::Finished(Err(match e.limit {
+                        Some(limit) => self.trap_error(Some(limit), &e),
+                        None => RowError::new("guest_unavailable", e.message),
+                    }));
+                }
+            };
         self.rows_truncated
             .fetch_add(instance.rows_truncated() as u64, Ordering::Relaxed);
         drop(slot);

@@ -92,10 +92,20 @@ impl SuspendBudget {
         self.first_call.record(spent);
     }
 
+    /// The CPU a new instance takes to start and configure.
+    pub fn start_cost(&self) -> Duration {
+        self.instance.get().unwrap_or_default()
+    }
+
+    /// The CPU a new instance's first call takes (a running mean).
+    pub fn first_call_cost(&self) -> Duration {
+        self.first_call.get().unwrap_or_default()
+    }
+
     /// The CPU a parked row takes to run again: a new instance and its
     /// first call.
     pub fn restart_cost(&self) -> Duration {
-        self.instance.get().unwrap_or_default() + self.first_call.get().unwrap_or_default()
+        self.start_cost() + self.first_call_cost()
     }
 
     /// Whether a row beyond the budget should park rather than wait with

@@ -315,7 +315,10 @@ impl NodeRuntime {
     async fn instantiate(&self) -> Result<(GuestInstance, NodeInfo), NodeSetupError> {
         let starting = std::pin::pin!(self.start_instance());
         let (started, spent) = Timed::new(starting, true).await;
-        if let Some(spent) = spent {
+        // Only what a start that succeeds costs: one stopped early by the
+        // node's memory budget would make starting look cheap, and parking
+        // a row look cheap with it.
+        if let (Ok(_), Some(spent)) = (&started, spent) {
             self.suspend.instance_started(spent);
         }
         started
@@ -423,9 +426,24 @@ impl NodeRuntime {
         self.suspend.set_limit(usize::MAX);
     }
 
+    /// An idle instance, if one is waiting; `checkout` starts one otherwise.
+    pub fn idle_instance(&self) -> Option<GuestInstance> {
+        self.idle.lock().expect("pool lock").pop()
+    }
+
+    /// The CPU a new instance takes to start and configure (a running mean).
+    pub fn start_cost(&self) -> std::time::Duration {
+        self.suspend.start_cost()
+    }
+
     pub fn checkin(&self, instance: GuestInstance) {
         self.idle.lock().expect("pool lock").push(instance);
         self.census.returned.notify_one();
+    }
+
+    /// The CPU a new instance's first call takes (a running mean).
+    pub fn first_call_cost(&self) -> std::time::Duration {
+        self.suspend.first_call_cost()
     }
 
     /// Instances started over the run, and rows that parked without theirs.

@@ -18,6 +18,7 @@ mod arrivals;
 mod attempt_timeout;
 mod breaker;
 mod clock;
+mod connections;
 mod controller;
 mod dispatch;
 mod health;
@@ -36,6 +37,7 @@ mod target;
 mod throttle;
 mod to_come;
 
+pub use connections::use_own_connections;
 pub use to_come::RowsToCome;
 
 pub use breaker::BreakerState;
@@ -54,6 +56,7 @@ use crate::services::cache::{self, ResponseCache};
 use crate::services::cost::{self, CallCost};
 use crate::services::stop::RunStop;
 use breaker::{Breaker, Transition};
+use connections::Clients;
 use dispatch::Dispatch;
 use health::Health;
 use limiter::Limiter;
@@ -182,13 +185,7 @@ pub struct Endpoint {
     pub name: String,
     pub spec: EndpointSpec,
     target: Target,
-    client: reqwest::Client,
-    /// The client of requests sent from a multi-thread runtime (the guest
-    /// threads'), made on first use. A connection's task runs on the
-    /// runtime that opened it: with one pool, connections opened by the
-    /// main thread's first calls would make every later exchange of a
-    /// guest thread wake the main thread and back.
-    threaded_client: std::sync::OnceLock<reqwest::Client>,
+    clients: Clients,
     limiter: Limiter,
     breaker: Breaker,
     rates: RateLimits,
@@ -240,8 +237,7 @@ impl Endpoint {
             name: name.to_string(),
             spec: spec.clone(),
             target,
-            client,
-            threaded_client: std::sync::OnceLock::new(),
+            clients: Clients::new(client),
             limiter: Limiter::new(initial, spec.pool_size),
             breaker: Breaker::new(
                 spec.breaker_failures,
@@ -453,17 +449,7 @@ impl Endpoint {
     }
 
     fn dispatch(&self) -> Dispatch<'_> {
-        let threaded = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let client = if threaded {
-            self.threaded_client.get_or_init(|| {
-                // The same settings built `client`, so this does not fail;
-                // if it did, the shared pool would still serve.
-                http_client(&self.name, &self.spec).unwrap_or_else(|_| self.client.clone())
-            })
-        } else {
-            &self.client
-        };
+        let client = self.clients.current(|| http_client(&self.name, &self.spec));
         Dispatch {
             client,
             target: &self.target,
