@@ -39,8 +39,12 @@ impl GuestState {
             self.parked = Some(Parked::on_batches(waits));
             return Err(wasmtime::Error::msg("the row waits on a provider batch"));
         }
+        // The place is kept until the call ends, not only while it waits:
+        // the answers of a wave come in together, and the rows they wake
+        // hold their instances until they have run; places given back at
+        // the answer would let as many new rows suspend meanwhile.
         let goes_out = plans.iter().any(|p| matches!(p, Plan::Send { .. }));
-        let _suspended = match goes_out.then(|| self.suspend.try_suspend()) {
+        match (goes_out && self.suspended.is_none()).then(|| self.suspend.try_suspend()) {
             Some(None) if self.suspend.parking_pays(expected_wait(&plans)) => {
                 self.suspend.parked();
                 self.parked = Some(Parked::sending(send_parked(Arc::clone(&self.node), plans)));
@@ -50,9 +54,9 @@ impl GuestState {
             }
             // Beyond the budget, a row whose restart would cost more than
             // its wait keeps its instance suspended.
-            Some(suspended) => suspended,
-            None => None,
-        };
+            Some(suspended) => self.suspended = suspended,
+            None => {}
+        }
         let node = &self.node;
         let calls = plans.into_iter().map(|plan| async move {
             match plan {

@@ -5,7 +5,8 @@
 //! pool of a thousand requests in flight and a slow server, a thousand
 //! instances would be held (their linear memory, stack and store) for rows
 //! doing nothing but waiting. Up to the node's budget, an instance waits
-//! suspended, which costs no extra CPU. Beyond it, the row parks: its
+//! suspended, which costs no extra CPU; it keeps its place in the budget
+//! from its first request to the end of its call. Beyond it, the row parks: its
 //! requests are sent from a future that owns them, the instance is dropped,
 //! and the answers are kept here; once they are in, the row runs again from
 //! the start and its requests, numbered the same way, take them instead of

@@ -6,7 +6,7 @@
 use super::bindings::{CallError, Level, Response};
 use super::limits::{CpuBudget, LimitHit, MemoryLimit, NodeMemory};
 use super::output::{AttachCap, LogCap};
-use super::parking::{RecordedAnswers, SuspendBudget};
+use super::parking::{RecordedAnswers, SuspendBudget, Suspended};
 use super::stderr::StderrTail;
 use crate::config::GuestLimits;
 use crate::services::audit::{AttributeRecord, AuditLog, Record};
@@ -112,8 +112,10 @@ pub struct GuestState {
     /// or on answers sent for them after their instance was dropped.
     pub(super) parked: Option<crate::services::batch::Parked>,
     /// The node's instances waiting on the network, this one among them
-    /// while its `send` waits.
+    /// from its call's first request to the call's end.
     pub(super) suspend: Arc<SuspendBudget>,
+    /// This instance's place in `suspend`, while it holds one.
+    pub(super) suspended: Option<Suspended>,
 }
 
 impl GuestState {
@@ -137,6 +139,7 @@ impl GuestState {
             table: ResourceTable::new(),
             parked: None,
             suspend,
+            suspended: None,
         }
     }
 
@@ -159,6 +162,7 @@ impl GuestState {
     /// The call is over (returned or trapped): marks what was cut at the
     /// caps, once per call, and counts the rows it was cut from.
     pub(super) fn end_call(&mut self) {
+        self.suspended = None;
         let node = self.node.node_name.as_str();
         let log_dropped = self.log.dropped();
         if log_dropped > 0 {
