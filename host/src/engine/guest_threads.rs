@@ -1,12 +1,12 @@
 //! Threads that run guest calls beside the main thread, so guests whose
 //! own work is heavy (interpreters inside the component) use every core.
 //!
-//! The main thread keeps the run's I/O and the cheap guests' calls: a call
-//! handed to another thread costs wake-ups across threads for the hand-over
-//! and for each of its HTTP exchanges, which is more CPU than a cheap
-//! guest's whole call (the built-in `llm` guest's takes about 100 µs). So a
-//! node's calls move only while its guest time per call (`GuestCost`) is
-//! above a threshold.
+//! The main thread keeps the run's I/O, the cheap guests' calls and its
+//! share of the heavy ones: a call handed to another thread costs wake-ups
+//! across threads for the hand-over and its return, which is more CPU than
+//! a cheap guest's whole call (the built-in `llm` guest's takes about
+//! 100 µs). So a node's calls move only while its guest time per call
+//! (`GuestCost`) is heavy.
 
 use super::guest_cost::GuestCost;
 use crate::runtime::bindings::Outcome;
@@ -150,14 +150,14 @@ pub async fn settle() {
     }
 }
 
-/// Runs `process` over `input` on one of the node's instances, on the
-/// least busy of the guest threads and this one when the node's guest is
-/// heavy enough, else on this task; records
-/// the time the call held its thread in `cost`. Hands the instance back
-/// with the result. A new instance that is slow to start (an interpreter
-/// loading its image) starts on a guest thread too, with its first call:
-/// started here, the first rows of a run would start theirs one after
-/// another on this thread while the guest threads waited.
+/// Runs `process` over `input` on one of the node's instances: when the
+/// node's guest is heavy, on the least busy of the guest threads and this
+/// one, else on this task. Records the time the call held its thread in
+/// `cost`, and hands the instance back with the result. A new instance that
+/// is slow to start (an interpreter loading its image) is placed the same
+/// way, with its first call: started here, the first rows of a run would
+/// start theirs one after another on this thread while the guest threads
+/// waited.
 pub async fn process(
     runtime: &Arc<NodeRuntime>,
     input: &[String],

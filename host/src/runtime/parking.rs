@@ -6,11 +6,11 @@
 //! instances would be held (their linear memory, stack and store) for rows
 //! doing nothing but waiting. Up to the node's budget, an instance waits
 //! suspended, which costs no extra CPU; it keeps its place in the budget
-//! from its first request to the end of its call. Beyond it, the row parks: its
-//! requests are sent from a future that owns them, the instance is dropped,
-//! and the answers are kept here; once they are in, the row runs again from
-//! the start and its requests, numbered the same way, take them instead of
-//! being sent again.
+//! from its first request to the end of its call. Beyond it, the row parks:
+//! its requests are sent from a future that owns them, the instance is
+//! dropped, and the answers are kept here; once they are in, the row runs
+//! again from the start and its requests, numbered the same way, take them
+//! instead of being sent again.
 //!
 //! Running a row again costs a new instance and its first call: about
 //! 0.2 ms of CPU for the built-in `llm` guest, several milliseconds for an

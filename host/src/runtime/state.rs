@@ -159,8 +159,9 @@ impl GuestState {
         self.rows_truncated = 0;
     }
 
-    /// The call is over (returned or trapped): marks what was cut at the
-    /// caps, once per call, and counts the rows it was cut from.
+    /// The call is over (returned or trapped): gives back its place among
+    /// the suspended, marks what was cut at the caps, once per call, and
+    /// counts the rows it was cut from.
     pub(super) fn end_call(&mut self) {
         self.suspended = None;
         let node = self.node.node_name.as_str();
