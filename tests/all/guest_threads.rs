@@ -176,3 +176,39 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
     assert_csv_rows_echoed(&ws);
     assert_eq!(server.served().len(), 200, "no request was sent twice");
 }
+
+#[tokio::test]
+async fn a_run_stopped_at_once_waits_for_the_calls_cancelled_on_the_guest_threads() {
+    // Every call on the guest thread and still waiting on its answer when
+    // the 401s stop the run: the run ends as it would with calls on the
+    // main thread, its audit trail closed rather than "still in use".
+    let server = TestLlmServer::start(Script {
+        require_key: Some("the-right-key".into()),
+        latency: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(500));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "pool_size: 32", "", ECHO_OPTIONS),
+    );
+    let base_url = server.base_url();
+    let mut env = ON_GUEST_THREADS.to_vec();
+    env.extend([("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)]);
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &env).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("endpoint `llm` refused the run's requests: HTTP 401"),
+        "{message}"
+    );
+    assert!(!message.contains("still in use"), "{message}");
+    let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let status: String = db
+        .query_row("SELECT status FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "interrupted");
+}
