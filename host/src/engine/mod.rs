@@ -218,7 +218,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             rows,
             stamp,
             content_hash,
-            file: pipeline.source.path.metadata().is_ok_and(|m| m.is_file()),
+            file: pipeline.source.is_regular_file(),
         };
         Ok::<_, RunError>((prepared, source, columns))
     }

@@ -27,7 +27,7 @@ pub fn count(
         rows.set_total((range.end - range.start).saturating_sub(done));
     }
     let wanted = !bounded || progress.is_shown();
-    if wanted && source.path.metadata().is_ok_and(|m| m.is_file()) {
+    if wanted && source.is_regular_file() {
         let (path, format) = (source.path.clone(), source.format);
         let (counted, progress) = (Arc::clone(&rows), progress.clone());
         std::thread::spawn(move || {

@@ -244,6 +244,14 @@ pub struct DataFile {
     pub format: Format,
 }
 
+impl DataFile {
+    /// A regular file rather than a pipe or a device: it can be read more
+    /// than once, and its rows are all there to be read.
+    pub fn is_regular_file(&self) -> bool {
+        std::fs::metadata(&self.path).is_ok_and(|m| m.is_file())
+    }
+}
+
 #[derive(Debug)]
 pub struct Pipeline {
     pub file: PipelineFile,

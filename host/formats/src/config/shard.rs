@@ -62,7 +62,7 @@ impl Pipeline {
     /// audit database become part files, and each endpoint's rate limits
     /// its share, unless the endpoint sets them per shard.
     pub fn into_shard(mut self, shard: Shard) -> Result<Self, ConfigError> {
-        if !std::fs::metadata(&self.source.path).is_ok_and(|m| m.is_file()) {
+        if !self.source.is_regular_file() {
             return Err(ConfigError::in_file(
                 &self.file.path,
                 format!(

@@ -95,8 +95,7 @@ pub struct SourceScan {
 /// of them costs a call. None for a source that can be read only once (a
 /// pipe): it is checked row by row as it streams instead.
 pub fn scan_source(file: &DataFile) -> Result<Option<SourceScan>> {
-    let regular = std::fs::metadata(&file.path).is_ok_and(|m| m.is_file());
-    if !regular {
+    if !file.is_regular_file() {
         return Ok(None);
     }
     let mut scan = SourceScan::default();
