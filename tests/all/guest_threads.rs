@@ -206,9 +206,8 @@ async fn a_run_stopped_at_once_waits_for_the_calls_cancelled_on_the_guest_thread
         "{message}"
     );
     assert!(!message.contains("still in use"), "{message}");
-    let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let status: String = db
-        .query_row("SELECT status FROM runs", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(status, "interrupted");
+    assert_eq!(
+        audit_value::<String>(&ws, "SELECT status FROM runs"),
+        "interrupted"
+    );
 }

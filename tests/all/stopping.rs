@@ -16,13 +16,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn audit_query(ws: &Workspace, sql: &str) -> String {
-    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    conn.query_row(sql, [], |r| r.get::<_, String>(0)).unwrap()
-}
-
 fn run_status(ws: &Workspace) -> String {
-    audit_query(ws, "SELECT status FROM runs ORDER BY run_id DESC LIMIT 1")
+    audit_value::<String>(ws, "SELECT status FROM runs ORDER BY run_id DESC LIMIT 1")
 }
 
 /// The ids in the sink, which must hold rows 0..n each once, in order.
@@ -66,7 +61,7 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
     );
     assert_eq!(run_status(&ws), "interrupted");
     assert_eq!(
-        audit_query(&ws, "SELECT CAST(count(*) AS TEXT) FROM row_outcomes"),
+        audit_value::<String>(&ws, "SELECT CAST(count(*) AS TEXT) FROM row_outcomes"),
         "0",
         "no row was recorded as failed"
     );
@@ -186,7 +181,7 @@ async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary
     assert_eq!(run_status(&ws), "interrupted");
     let sent_before = server.served().len();
     assert!(sent_before < 300, "the run went on after the signal");
-    let done: usize = audit_query(&ws, "SELECT CAST(count(*) AS TEXT) FROM row_outcomes")
+    let done: usize = audit_value::<String>(&ws, "SELECT CAST(count(*) AS TEXT) FROM row_outcomes")
         .parse()
         .unwrap();
     let locks = std::fs::read_dir(ws.path(".")).unwrap().filter(|e| {
@@ -326,7 +321,7 @@ async fn exit_status_and_run_state_tell_the_truth() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(run_status(&ws), "failed_to_start");
     assert!(
-        audit_query(
+        audit_value::<String>(
             &ws,
             "SELECT summary_json FROM runs ORDER BY run_id DESC LIMIT 1"
         )

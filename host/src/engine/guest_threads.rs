@@ -84,15 +84,24 @@ pub fn start(threads: usize, threshold: Option<Duration>) -> std::io::Result<()>
 }
 
 impl GuestThreads {
-    /// The guest thread with the fewest calls under way; None when the
-    /// main thread has fewer still, unless every call is to be handed over.
-    fn least_busy(&self) -> Option<&Worker> {
-        let worker = self
+    /// Where the next heavy call runs: the guest thread with the fewest
+    /// calls under way, or this (the main) thread when it has fewer still,
+    /// the call then counted against it until its `Busy` is dropped. Every
+    /// call goes to a guest thread when every call is to be handed over.
+    fn place(&'static self) -> Result<&'static Worker, Busy> {
+        let here = self.local.load(Ordering::Relaxed);
+        match self
             .workers
             .iter()
-            .min_by_key(|w| w.calls.load(Ordering::Relaxed))?;
-        let here = self.local.load(Ordering::Relaxed);
-        (self.threshold.is_zero() || worker.calls.load(Ordering::Relaxed) < here).then_some(worker)
+            .min_by_key(|w| w.calls.load(Ordering::Relaxed))
+        {
+            Some(worker)
+                if self.threshold.is_zero() || worker.calls.load(Ordering::Relaxed) < here =>
+            {
+                Ok(worker)
+            }
+            _ => Err(Busy::new(&self.local)),
+        }
     }
 }
 
@@ -171,17 +180,16 @@ pub async fn process(
             || (idle.is_none() && runtime.start_cost() > threads.threshold)
     });
     let measured = cost.measure_next();
-    let Some(guest_threads) = guest_threads else {
-        let (instance, processed, spent) = run(runtime, idle, input, scopes, measured).await?;
-        record(cost, spent, false);
-        return Ok((instance, processed));
-    };
-    let Some(worker) = guest_threads.least_busy() else {
-        let busy = Busy::new(&guest_threads.local);
-        let (instance, processed, spent) = run(runtime, idle, input, scopes, measured).await?;
-        drop(busy);
-        record(cost, spent, false);
-        return Ok((instance, processed));
+    let worker = match guest_threads.map(GuestThreads::place) {
+        Some(Ok(worker)) => worker,
+        here => {
+            // A heavy call run here stays counted against this thread
+            // until it ends.
+            let _busy = here.and_then(Result::err);
+            let (instance, processed, spent) = run(runtime, idle, input, scopes, measured).await?;
+            record(cost, spent, false);
+            return Ok((instance, processed));
+        }
     };
     let runtime = Arc::clone(runtime);
     let input = input.to_vec();

@@ -125,8 +125,8 @@ impl SuspendBudget {
         self.parked.load(Ordering::Relaxed)
     }
 
-    /// A place for one more suspended instance, held while it waits; None
-    /// when the budget is spent.
+    /// A place for one more suspended instance, held until dropped (at the
+    /// end of its call); None when the budget is spent.
     pub fn try_suspend(self: &Arc<Self>) -> Option<Suspended> {
         let limit = self.limit();
         self.suspended

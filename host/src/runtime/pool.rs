@@ -382,7 +382,7 @@ impl NodeRuntime {
             let returned = self.census.returned.notified();
             tokio::pin!(returned);
             returned.as_mut().enable();
-            if let Some(instance) = self.idle.lock().expect("pool lock").pop() {
+            if let Some(instance) = self.idle_instance() {
                 return Ok(instance);
             }
             match self.instantiate().await {
@@ -436,14 +436,14 @@ impl NodeRuntime {
         self.suspend.start_cost()
     }
 
-    pub fn checkin(&self, instance: GuestInstance) {
-        self.idle.lock().expect("pool lock").push(instance);
-        self.census.returned.notify_one();
-    }
-
     /// The CPU a new instance's first call takes (a running mean).
     pub fn first_call_cost(&self) -> std::time::Duration {
         self.suspend.first_call_cost()
+    }
+
+    pub fn checkin(&self, instance: GuestInstance) {
+        self.idle.lock().expect("pool lock").push(instance);
+        self.census.returned.notify_one();
     }
 
     /// Instances started over the run, and rows that parked without theirs.
