@@ -180,6 +180,11 @@ pub fn audit_value<T: rusqlite::types::FromSql>(ws: &Workspace, sql: &str) -> T 
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
+/// The status of the audit database's latest run.
+pub fn run_status(ws: &Workspace) -> String {
+    audit_value::<String>(ws, "SELECT status FROM runs ORDER BY run_id DESC LIMIT 1")
+}
+
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }

@@ -206,8 +206,5 @@ async fn a_run_stopped_at_once_waits_for_the_calls_cancelled_on_the_guest_thread
         "{message}"
     );
     assert!(!message.contains("still in use"), "{message}");
-    assert_eq!(
-        audit_value::<String>(&ws, "SELECT status FROM runs"),
-        "interrupted"
-    );
+    assert_eq!(run_status(&ws), "interrupted");
 }

@@ -90,16 +90,13 @@ impl GuestThreads {
     /// call goes to a guest thread when every call is to be handed over.
     fn place(&'static self) -> Result<&'static Worker, Busy> {
         let here = self.local.load(Ordering::Relaxed);
-        match self
+        let least_busy = self
             .workers
             .iter()
-            .min_by_key(|w| w.calls.load(Ordering::Relaxed))
-        {
-            Some(worker)
-                if self.threshold.is_zero() || worker.calls.load(Ordering::Relaxed) < here =>
-            {
-                Ok(worker)
-            }
+            .map(|w| (w, w.calls.load(Ordering::Relaxed)))
+            .min_by_key(|&(_, calls)| calls);
+        match least_busy {
+            Some((worker, calls)) if self.threshold.is_zero() || calls < here => Ok(worker),
             _ => Err(Busy::new(&self.local)),
         }
     }
