@@ -10,7 +10,11 @@ use std::path::Path;
 use std::time::Instant;
 
 const NAME: &str = "cores: python and js guests, 1 and 2 cores";
-const ROWS: usize = 8000;
+/// Long enough that starting the node's instances does not make most of the
+/// run: each of the 48 Python interpreters a pool of 32 starts costs about
+/// 7 ms of CPU on two cores (its first writes to its memory image fault, and
+/// each fault interrupts the other core), about a fifth of an 8,000-row run.
+const ROWS: usize = 32_000;
 const ROUNDS: usize = 3;
 const POOL_SIZE: usize = 32;
 /// What the test LLM server waits before each answer.
@@ -80,7 +84,8 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     println!(
         "    {ROWS} tickets, pool_size {POOL_SIZE}, audit on; weir under `taskset -c 0`, then \
          `taskset -c 0,1`, {ROUNDS} rounds interleaved; the test LLM server (a test tool, not a \
-         model) is a separate process, not pinned, answering a label after {LATENCY_MS} ms"
+         model) is a separate process on one thread, not pinned, answering a label after \
+         {LATENCY_MS} ms"
     );
     println!("    load average before: {}", load_average());
     for guest in &guests {
@@ -251,6 +256,10 @@ impl LabelServer {
             .local_addr()?
             .port();
         let child = std::process::Command::new(binary)
+            // One thread: the server stands in for a provider on other
+            // machines, and a runtime of its own on each core would take
+            // more of the cores weir is measured on.
+            .env("TOKIO_WORKER_THREADS", "1")
             .args(["--reply", "label", "--port", &port.to_string()])
             .args(["--latency-ms", &LATENCY_MS.to_string()])
             .stdout(std::process::Stdio::null())
