@@ -10,10 +10,11 @@ use std::path::Path;
 use std::time::Instant;
 
 const NAME: &str = "cores: python and js guests, 1 and 2 cores";
-/// Long enough that starting the node's instances does not make most of the
-/// run: each of the 48 Python interpreters a pool of 32 starts costs about
-/// 7 ms of CPU on two cores (its first writes to its memory image fault, and
-/// each fault interrupts the other core), about a fifth of an 8,000-row run.
+/// Long enough that starting the node's instances is not a large part of the
+/// run: each of the 40 Python interpreters a pool of 32 starts costs about
+/// 9 ms of CPU on two cores against 3 ms on one (its first writes to its
+/// memory image fault, and on two cores each fault interrupts the other), a
+/// tenth of an 8,000-row run's CPU.
 const ROWS: usize = 32_000;
 const ROUNDS: usize = 3;
 const POOL_SIZE: usize = 32;

@@ -345,8 +345,8 @@ impl State {
     }
 
     /// Wakes the first in line, as many as there are free slots. One woken
-    /// earlier and not yet on its way is woken again, which costs nothing
-    /// more than a flag until it runs.
+    /// earlier and not yet on its way is woken again, which costs a flag and,
+    /// when it runs, one more look at the line.
     fn wake_those_with_room(&self) {
         let room = self.room();
         for waiter in self.retries_waiting.iter().chain(&self.waiting).take(room) {
