@@ -211,10 +211,11 @@ impl Limiter {
     fn release(&self, sent_at: Instant, signal: Signal) {
         let mut s = self.lock();
         s.in_flight -= 1;
-        s.controller.on_answer(Instant::now(), sent_at, signal);
+        let now = Instant::now();
+        s.controller.on_answer(now, sent_at, signal);
         // Only those a slot is free for: waking every waiter on every answer
         // would cost more CPU than the requests themselves.
-        s.wake_those_with_room();
+        s.wake_those_with_room(now);
     }
 }
 
@@ -267,7 +268,7 @@ impl Drop for Place<'_> {
         let mut s = self.limiter.lock();
         s.leave(self.lane, self.id);
         // A slot this request was woken for passes to the next in line.
-        s.wake_those_with_room();
+        s.wake_those_with_room(Instant::now());
     }
 }
 
@@ -277,7 +278,7 @@ impl State {
         if let Some(until) = self.pacing.paused(now) {
             return Turn::Until(until);
         }
-        if self.ahead_of(lane, id) >= self.room() {
+        if self.ahead_of(lane, id) >= self.room(now) {
             return Turn::Woken;
         }
         match self.pacing.spaced(now) {
@@ -286,9 +287,8 @@ impl State {
         }
     }
 
-    /// Slots free now.
-    fn room(&self) -> usize {
-        let now = Instant::now();
+    /// Slots free at `now`.
+    fn room(&self, now: Instant) -> usize {
         let limit = if self.in_tail(now) {
             self.controller.tail_limit(now)
         } else {
@@ -347,8 +347,8 @@ impl State {
     /// Wakes the first in line, as many as there are free slots. One woken
     /// earlier and not yet on its way is woken again, which costs a flag and,
     /// when it runs, one more look at the line.
-    fn wake_those_with_room(&self) {
-        let room = self.room();
+    fn wake_those_with_room(&self, now: Instant) {
+        let room = self.room(now);
         for waiter in self.retries_waiting.iter().chain(&self.waiting).take(room) {
             waiter.wake.notify_one();
         }
