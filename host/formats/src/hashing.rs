@@ -26,10 +26,20 @@ pub fn canonical_text<T: Serialize>(value: &T) -> String {
         .unwrap_or_default()
 }
 
+/// `canonical_text` of a parsed JSON document, the same text written faster.
+pub fn canonical_value_text(value: &serde_json::Value) -> String {
+    crate::canonical::to_string(value).unwrap_or_else(|| canonical_text(value))
+}
+
+/// `canonical_text` of a row, the same text written faster.
+pub fn canonical_row_text(row: &crate::types::Row) -> String {
+    crate::canonical::object_to_string(row).unwrap_or_else(|| canonical_text(row))
+}
+
 /// Hashes JSON text canonically when it parses, or its raw bytes otherwise.
 pub fn json_text_sha256(text: &str) -> String {
     match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(value) => canonical_sha256(&value),
+        Ok(value) => sha256_hex(canonical_value_text(&value)),
         Err(_) => sha256_hex(text),
     }
 }

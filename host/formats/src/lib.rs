@@ -4,7 +4,7 @@
 //! - [`io`]: CSV and JSON Lines row sources and sinks;
 //! - [`fixtures`]: the `weir test` fixtures file;
 //! - [`types`]: rows and row errors;
-//! - [`hashing`]: the hashes the audit trail records;
+//! - [`hashing`]: the hashes the audit trail records, over [`canonical`] JSON;
 //! - [`http_headers`]: the waits an endpoint's response headers ask for.
 //! - [`terminal`]: text from guests and endpoints made safe to print.
 //! - [`yaml`]: YAML read within bounds, its errors located.
@@ -15,6 +15,7 @@
 //! operating system's error is kept as the `source` of the one that names
 //! the file.
 
+pub mod canonical;
 pub mod config;
 pub mod fixtures;
 pub mod hashing;

@@ -566,7 +566,7 @@ fn read_source(
                 break;
             }
             let content = match &row {
-                Ok(row) if hashed => Some(hashing::canonical_text(row)),
+                Ok(row) if hashed => Some(hashing::canonical_row_text(row)),
                 _ => None,
             };
             let content_sha256 = content

@@ -77,7 +77,7 @@ fn hash(scope: Scope, bundler: &mut Bundler, row_index: u64, json: Json) -> Resu
                 .iter()
                 .map(|t| serde_json::from_str(t).unwrap_or(serde_json::Value::String(t.clone())))
                 .collect();
-            let body = hashing::canonical_text(&values);
+            let body = hashing::canonical_value_text(&serde_json::Value::Array(values));
             (hashing::sha256_hex(&body), body)
         }
     };
