@@ -32,7 +32,7 @@ fn into_text(out: Vec<u8>) -> Option<String> {
 }
 
 /// Appends the canonical text of `value` to `out`.
-pub fn write(value: &Value, out: &mut Vec<u8>) -> Option<()> {
+fn write(value: &Value, out: &mut Vec<u8>) -> Option<()> {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
