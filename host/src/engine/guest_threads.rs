@@ -48,6 +48,10 @@ struct Worker {
     calls: AtomicUsize,
 }
 
+/// The main thread's number among the threads that run guests (guest
+/// threads are numbered from 1).
+const MAIN_THREAD: usize = 0;
+
 /// Set once by `start`, for the life of the process; never dropped, since a
 /// runtime cannot be dropped from within another one's tasks.
 static GUEST_THREADS: OnceLock<GuestThreads> = OnceLock::new();
@@ -84,19 +88,22 @@ pub fn start(threads: usize, threshold: Option<Duration>) -> std::io::Result<()>
 }
 
 impl GuestThreads {
-    /// Where the next heavy call runs: the guest thread with the fewest
-    /// calls under way, or this (the main) thread when it has fewer still,
+    /// Where the next heavy call runs: the guest thread (and its number)
+    /// with the fewest calls under way, or this (the main) thread when it has fewer still,
     /// the call then counted against it until its `Busy` is dropped. Every
     /// call goes to a guest thread when every call is to be handed over.
-    fn place(&'static self) -> Result<&'static Worker, Busy> {
+    fn place(&'static self) -> Result<(usize, &'static Worker), Busy> {
         let here = self.local.load(Ordering::Relaxed);
         let least_busy = self
             .workers
             .iter()
-            .map(|w| (w, w.calls.load(Ordering::Relaxed)))
-            .min_by_key(|&(_, calls)| calls);
+            .enumerate()
+            .map(|(i, w)| (i + 1, w, w.calls.load(Ordering::Relaxed)))
+            .min_by_key(|&(_, _, calls)| calls);
         match least_busy {
-            Some((worker, calls)) if self.threshold.is_zero() || calls < here => Ok(worker),
+            Some((thread, worker, calls)) if self.threshold.is_zero() || calls < here => {
+                Ok((thread, worker))
+            }
             _ => Err(Busy::new(&self.local)),
         }
     }
@@ -170,28 +177,32 @@ pub async fn process(
     scopes: Vec<RowScope>,
     cost: &GuestCost,
 ) -> Result<(GuestInstance, Result<Vec<Outcome>, Interrupted>), Unavailable> {
-    let idle = runtime.idle_instance();
     let guest_threads = GUEST_THREADS.get().filter(|threads| {
         threads.threshold.is_zero()
             || cost.heavy(threads.threshold)
-            || (idle.is_none() && runtime.start_cost() > threads.threshold)
+            || (runtime.instances_idle() == 0 && runtime.start_cost() > threads.threshold)
     });
     let measured = cost.measure_next();
-    let worker = match guest_threads.map(GuestThreads::place) {
-        Some(Ok(worker)) => worker,
+    let (thread, worker) = match guest_threads.map(GuestThreads::place) {
+        Some(Ok(placed)) => placed,
         here => {
             // A heavy call run here stays counted against this thread
             // until it ends.
             let _busy = here.and_then(Result::err);
-            let (instance, processed, spent) = run(runtime, idle, input, scopes, measured).await?;
+            let idle = runtime.idle_instance_for(MAIN_THREAD);
+            let (instance, processed, spent) =
+                run(runtime, idle, MAIN_THREAD, input, scopes, measured).await?;
             record(cost, spent, false);
             return Ok((instance, processed));
         }
     };
+    let idle = runtime.idle_instance_for(thread);
     let runtime = Arc::clone(runtime);
     let input = input.to_vec();
     let task = worker.handle.spawn(Counted {
-        future: Box::pin(async move { run(&runtime, idle, &input, scopes, measured).await }),
+        future: Box::pin(
+            async move { run(&runtime, idle, thread, &input, scopes, measured).await },
+        ),
         _busy: Busy::new(&worker.calls),
     });
     let (instance, processed, spent) = AbortOnDrop(task).await?;
@@ -210,6 +221,7 @@ type Ran = (
 async fn run(
     runtime: &NodeRuntime,
     idle: Option<GuestInstance>,
+    thread: usize,
     input: &[String],
     scopes: Vec<RowScope>,
     measured: bool,
@@ -220,6 +232,7 @@ async fn run(
         // calls would make the future of every row in flight cost kilobytes.
         None => Box::pin(runtime.checkout()).await?,
     };
+    instance.ran_on(thread);
     let call = Box::pin(instance.process(input, scopes));
     let (processed, spent) = Timed::new(call, measured).await;
     Ok((instance, processed, spent))

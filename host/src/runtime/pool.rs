@@ -25,6 +25,9 @@ pub struct GuestInstance {
     /// No call has run on it yet: the first writes pages of its memory
     /// image for the first time, which a row that parks pays again.
     fresh: bool,
+    /// The thread it last ran on (0: the main thread, n: the nth guest
+    /// thread): its memory is warm in that core's cache.
+    thread: usize,
     /// Declared last, so dropped last: the instance's memory is back in the
     /// node's budget before waiting rows are told.
     _counted: Counted,
@@ -171,6 +174,11 @@ impl std::fmt::Display for Interrupted {
 }
 
 impl GuestInstance {
+    /// Records that it runs on `thread` (see `idle_instance_for`).
+    pub fn ran_on(&mut self, thread: usize) {
+        self.thread = thread;
+    }
+
     /// Runs `process`; an `Err` leaves the instance unusable.
     pub async fn process(
         &mut self,
@@ -366,6 +374,7 @@ impl NodeRuntime {
             store,
             exports,
             fresh: true,
+            thread: 0,
             _counted: Counted::new(&self.census),
         };
         Ok((instance, info))
@@ -427,8 +436,14 @@ impl NodeRuntime {
     }
 
     /// An idle instance, if one is waiting; `checkout` starts one otherwise.
-    pub fn idle_instance(&self) -> Option<GuestInstance> {
+    fn idle_instance(&self) -> Option<GuestInstance> {
         self.idle.lock().expect("pool lock").pop()
+    }
+
+    /// An idle instance for a call on `thread` (see `warmest_for`).
+    pub fn idle_instance_for(&self, thread: usize) -> Option<GuestInstance> {
+        let mut idle = self.idle.lock().expect("pool lock");
+        warmest_for(&idle, thread, |i| i.thread).map(|at| idle.remove(at))
     }
 
     /// The CPU a new instance takes to start and configure (a running mean).
@@ -462,6 +477,16 @@ impl NodeRuntime {
     pub fn memory_peak(&self) -> usize {
         self.memory.peak()
     }
+}
+
+/// Where in `idle` (returned oldest first) the instance for a call on
+/// `thread` is: the last to come back from that thread, whose memory that
+/// core's cache still holds, else the last to come back at all. An instance
+/// moved between cores costs its call the misses that bring its memory over.
+fn warmest_for<T>(idle: &[T], thread: usize, ran_on: impl Fn(&T) -> usize) -> Option<usize> {
+    idle.iter()
+        .rposition(|i| ran_on(i) == thread)
+        .or_else(|| idle.len().checked_sub(1))
 }
 
 /// Why no instance could be had for a call: a new one could not start.
@@ -519,5 +544,21 @@ impl std::fmt::Display for NodeSetupError {
             }
             Self::Options(m) => write!(f, "{m}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warmest_for;
+
+    #[test]
+    fn a_call_takes_the_instance_last_back_from_its_own_thread_else_the_last_back() {
+        // Each idle instance stands for the thread it last ran on.
+        let idle = [0, 1, 0, 1, 1];
+        let ran_on = |thread: &usize| *thread;
+        assert_eq!(warmest_for(&idle, 0, ran_on), Some(2));
+        assert_eq!(warmest_for(&idle, 1, ran_on), Some(4));
+        assert_eq!(warmest_for(&idle, 2, ran_on), Some(4));
+        assert_eq!(warmest_for(&[] as &[usize], 0, ran_on), None);
     }
 }
