@@ -89,9 +89,10 @@ pub fn start(threads: usize, threshold: Option<Duration>) -> std::io::Result<()>
 
 impl GuestThreads {
     /// Where the next heavy call runs: the guest thread (and its number)
-    /// with the fewest calls under way, or this (the main) thread when it has fewer still,
-    /// the call then counted against it until its `Busy` is dropped. Every
-    /// call goes to a guest thread when every call is to be handed over.
+    /// with the fewest calls under way, or this (the main) thread when it
+    /// has fewer still, the call then counted against it until its `Busy`
+    /// is dropped. Every call goes to a guest thread when every call is to
+    /// be handed over.
     fn place(&'static self) -> Result<(usize, &'static Worker), Busy> {
         let here = self.local.load(Ordering::Relaxed);
         let least_busy = self
