@@ -666,3 +666,19 @@ async fn answers_in_the_response_cache_are_not_sent_in_a_batch() {
     assert!(server.batches().is_empty(), "{summary}");
     assert!(summary.contains("12 answers from the cache"), "{summary}");
 }
+
+#[tokio::test]
+async fn answers_a_batch_brought_are_kept_and_a_second_run_submits_nothing() {
+    let (server, ws) =
+        batch_workspace(Script::default(), Provider::OpenAi, 12, "    cache: true\n").await;
+    let out = run(&ws, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(server.batches().len(), 1);
+    std::fs::remove_file(ws.path("out.jsonl")).unwrap();
+    let out = run(&ws, &[]).await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{summary}");
+    assert_rows_answered(&ws, 12);
+    assert_eq!(server.batches().len(), 1, "no second batch: {summary}");
+    assert!(summary.contains("12 answers from the cache"), "{summary}");
+}

@@ -9,6 +9,7 @@ use super::state::{GuestState, NodeServices, Outbound, RowScope};
 use crate::hashing;
 use crate::services::audit::{AuditLog, CallRecord, Json, Record, now_ms};
 use crate::services::batch::{self, BatchQueue, Lookup, Parked};
+use crate::services::cache::CacheSlot;
 use crate::services::executor::{self, Endpoint};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -152,7 +153,10 @@ impl GuestState {
             Outbound::Live(grants) => Arc::clone(&grants[&request.endpoint]),
         };
         if let (Some(queue), Some(audit)) = (endpoint.batch(), &self.node.audit) {
-            if let Some(answer) = from_cache(audit, &endpoint, &scope, request_index, &request.body)
+            let cache_slot = endpoint.cache_slot(&request.body);
+            if let Some(slot) = &cache_slot
+                && let Some(answer) =
+                    from_cache(audit, &endpoint, &scope, request_index, slot, &request.body)
             {
                 return Plan::Done(Ok(answer));
             }
@@ -180,6 +184,7 @@ impl GuestState {
                         &scope,
                         request_index,
                         &request.body,
+                        cache_slot.as_ref(),
                         answer,
                     );
                     return Plan::Done(result);
@@ -198,18 +203,24 @@ impl GuestState {
 }
 
 /// A batch's answer as the component gets it, recorded as a call the first
-/// time a row takes it, with its cost at the Batch API's price.
+/// time a row takes it, with its cost at the Batch API's price, and kept in
+/// the response cache like an online answer.
 fn batch_answer(
     audit: &AuditLog,
     endpoint: &Endpoint,
     scope: &RowScope,
     request_index: u32,
     body: &str,
+    cache_slot: Option<&CacheSlot>,
     answer: batch::Answer,
 ) -> Result<Response, CallError> {
-    let cost = (!answer.used_before && (200..300).contains(&answer.status))
+    let ok = (200..300).contains(&answer.status);
+    let cost = (!answer.used_before && ok)
         .then(|| endpoint.batch_answer_taken(body, &answer.body, answer.tokens))
         .flatten();
+    if let (true, Some(slot)) = (ok, cache_slot) {
+        endpoint.keep_answer(slot, &answer.body, cost.map(|c| c.usd));
+    }
     audit.record(Record::Call(CallRecord {
         response: Some(Json::Text(Arc::from(answer.body.as_str()))),
         status: Some(answer.status),
@@ -260,11 +271,12 @@ async fn send_one(
     body: String,
 ) -> Result<Response, CallError> {
     let Some(audit) = &node.audit else {
-        if let Some(answer) = endpoint.cached_answer(&body) {
+        let cache_slot = endpoint.cache_slot(&body);
+        if let Some(answer) = cache_slot.as_ref().and_then(|s| endpoint.cached_answer(s)) {
             return Ok(to_wit_response(answer));
         }
         return endpoint
-            .send(&body, scope.deadline, |_| {})
+            .send(&body, cache_slot.as_ref(), scope.deadline, |_| {})
             .await
             .map(to_wit_response)
             .map_err(to_wit_error);
@@ -298,11 +310,14 @@ async fn send_one(
     }
     // The run's own recorded answers come first; the cache may hold answers
     // of other runs.
-    if let Some(answer) = from_cache(audit, endpoint, scope, request_index, &body) {
+    let cache_slot = endpoint.cache_slot(&body);
+    if let Some(slot) = &cache_slot
+        && let Some(answer) = from_cache(audit, endpoint, scope, request_index, slot, &body)
+    {
         return Ok(answer);
     }
     endpoint
-        .send(&body, scope.deadline, |attempt| {
+        .send(&body, cache_slot.as_ref(), scope.deadline, |attempt| {
             audit.record(Record::Call(CallRecord {
                 response: attempt.body.map(|text| Json::Text(Arc::from(text))),
                 status: attempt.status,
@@ -360,9 +375,10 @@ fn from_cache(
     endpoint: &Endpoint,
     scope: &RowScope,
     request_index: u32,
+    slot: &CacheSlot,
     body: &str,
 ) -> Option<Response> {
-    let answer = endpoint.cached_answer(body)?;
+    let answer = endpoint.cached_answer(slot)?;
     audit.record(Record::Call(CallRecord {
         response: Some(Json::Text(Arc::from(answer.body.as_str()))),
         status: Some(answer.status),

@@ -3,6 +3,8 @@
 //! key), so an identical request is answered without a call.
 
 use crate::context::{Context, Contextual};
+use crate::hashing;
+use crate::services::cost;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -133,11 +135,37 @@ impl ResponseCache {
     }
 }
 
-/// The key of a request to an endpoint: the endpoint's kind and URL, and the
-/// request as canonical JSON (so key order and spacing do not matter).
-pub fn key(endpoint_identity: &str, request: &str) -> String {
-    let canonical = crate::hashing::json_text_sha256(request);
-    crate::hashing::sha256_hex(format!("{endpoint_identity}\n{canonical}"))
+/// A request's place in the cache, worked out once per request: the lookup
+/// and the write of its answer both need it, and it parses and hashes the
+/// whole body.
+pub struct CacheSlot {
+    /// The endpoint's kind and URL, and the request as canonical JSON (so
+    /// key order and spacing do not matter), hashed.
+    key: String,
+    /// The request samples: another call could answer differently.
+    sampled: bool,
+}
+
+impl CacheSlot {
+    pub fn of(endpoint_identity: &str, request: &str) -> Self {
+        let parsed = serde_json::from_str::<serde_json::Value>(request).ok();
+        let canonical = match &parsed {
+            Some(value) => hashing::sha256_hex(hashing::canonical_value_text(value)),
+            None => hashing::sha256_hex(request),
+        };
+        Self {
+            key: hashing::sha256_hex(format!("{endpoint_identity}\n{canonical}")),
+            sampled: parsed.as_ref().is_none_or(cost::samples),
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn sampled(&self) -> bool {
+        self.sampled
+    }
 }
 
 #[cfg(test)]
@@ -148,22 +176,42 @@ mod tests {
     fn an_answer_is_found_by_an_equal_request_at_the_same_endpoint_only() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ResponseCache::open(&dir.path().join("c.sqlite")).unwrap();
-        let a = key("openai https://x/v1", r#"{"model":"m","temperature":0}"#);
+        let a = CacheSlot::of("openai https://x/v1", r#"{"model":"m","temperature":0}"#);
         cache
-            .put(&a, "openai https://x/v1", "answer", false, Some(0.5))
+            .put(a.key(), "openai https://x/v1", "answer", false, Some(0.5))
             .unwrap();
-        let same = key(
+        let same = CacheSlot::of(
             "openai https://x/v1",
             r#"{ "temperature": 0, "model": "m" }"#,
         );
         assert_eq!(
-            cache.get(&same).unwrap(),
+            cache.get(same.key()).unwrap(),
             Some(("answer".into(), Some(0.5)))
         );
-        let elsewhere = key("openai https://y/v1", r#"{"model":"m","temperature":0}"#);
-        assert_eq!(cache.get(&elsewhere).unwrap(), None);
+        let elsewhere = CacheSlot::of("openai https://y/v1", r#"{"model":"m","temperature":0}"#);
+        assert_eq!(cache.get(elsewhere.key()).unwrap(), None);
         assert_eq!(cache.stats().unwrap().entries, 1);
         assert_eq!(cache.clear().unwrap(), 1);
-        assert_eq!(cache.get(&a).unwrap(), None);
+        assert_eq!(cache.get(a.key()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_slot_knows_whether_its_request_samples() {
+        let slot = |body| CacheSlot::of("openai https://x/v1", body).sampled();
+        assert!(!slot(r#"{"model":"m","temperature":0}"#));
+        assert!(slot(r#"{"model":"m","temperature":0.7}"#));
+        assert!(slot(r#"{"model":"m"}"#), "the provider's default samples");
+        assert!(slot("not json"));
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_is_keyed_by_its_text() {
+        let a = CacheSlot::of("openai https://x/v1", "not json");
+        let b = CacheSlot::of("openai https://x/v1", "not  json");
+        assert_ne!(a.key(), b.key());
+        assert_eq!(
+            a.key(),
+            CacheSlot::of("openai https://x/v1", "not json").key()
+        );
     }
 }

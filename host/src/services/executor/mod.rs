@@ -52,7 +52,7 @@ use crate::context::{Context, Contextual, causes};
 use crate::services::audit::{AuditLog, EndpointEventRecord, Record, now_ms};
 use crate::services::batch::BatchQueue;
 use crate::services::budget::Budget;
-use crate::services::cache::{self, ResponseCache};
+use crate::services::cache::{CacheSlot, ResponseCache};
 use crate::services::cost::{self, CallCost};
 use crate::services::stop::RunStop;
 use breaker::{Breaker, Transition};
@@ -341,10 +341,12 @@ impl Endpoint {
     /// `max_capacity_retry_seconds` after the first attempt, transient ones up
     /// to `max_retries` times, and nothing outlives `row_deadline`. A slot of
     /// the pool is held only while a request is on the wire. Once the run is
-    /// aborted, nothing is sent and a call in flight is cut.
+    /// aborted, nothing is sent and a call in flight is cut. A successful
+    /// answer is kept under `cache_slot`, when there is one.
     pub async fn send(
         &self,
         body: &str,
+        cache_slot: Option<&CacheSlot>,
         row_deadline: Option<Instant>,
         on_attempt: impl FnMut(Attempt<'_>),
     ) -> Result<Response, CallError> {
@@ -362,8 +364,8 @@ impl Endpoint {
             ) => result,
         };
         self.health.judge(&result);
-        if let Ok(response) = &result {
-            self.keep_in_cache(body, response);
+        if let (Ok(response), Some(slot)) = (&result, cache_slot) {
+            self.keep_in_cache(slot, body, response);
         }
         result
     }
@@ -373,20 +375,24 @@ impl Endpoint {
         format!("{} {}", self.kind_name(), self.display_url())
     }
 
+    /// `body`'s place in the endpoint's response cache; None without one.
+    pub fn cache_slot(&self, body: &str) -> Option<CacheSlot> {
+        self.cache.as_ref()?;
+        Some(CacheSlot::of(&self.identity(), body))
+    }
+
     /// The answer an identical request got before, from the cache; counted
     /// with what it saved.
-    pub fn cached_answer(&self, body: &str) -> Option<Response> {
+    pub fn cached_answer(&self, slot: &CacheSlot) -> Option<Response> {
         let cache = self.cache.as_ref()?;
-        let found = cache.get(&cache::key(&self.identity(), body));
-        let (answer, paid) = match found {
+        let (answer, paid) = match cache.get(slot.key()) {
             Ok(found) => found?,
             Err(e) => {
                 tracing::warn!(endpoint = %self.name, "the response cache cannot be read: {}", causes(&e));
                 return None;
             }
         };
-        self.stats
-            .cache_hit(paid.unwrap_or(0.0), cost::is_sampled(body));
+        self.stats.cache_hit(paid.unwrap_or(0.0), slot.sampled());
         Some(Response {
             status: 200,
             body: answer,
@@ -395,9 +401,8 @@ impl Endpoint {
         })
     }
 
-    /// Only successful answers are kept.
-    fn keep_in_cache(&self, body: &str, response: &Response) {
-        let Some(cache) = &self.cache else { return };
+    /// Keeps a successful online answer in the response cache.
+    fn keep_in_cache(&self, slot: &CacheSlot, body: &str, response: &Response) {
         if !(200..300).contains(&response.status) {
             return;
         }
@@ -406,14 +411,14 @@ impl Endpoint {
             .price
             .as_ref()
             .map(|p| cost::call_cost(p, body, &response.body).usd);
-        let identity = self.identity();
-        let kept = cache.put(
-            &cache::key(&identity, body),
-            &identity,
-            &response.body,
-            cost::is_sampled(body),
-            paid,
-        );
+        self.keep_answer(slot, &response.body, paid);
+    }
+
+    /// Keeps `answer`, which cost `paid`, in the response cache. Only
+    /// successful answers are kept: callers check.
+    pub fn keep_answer(&self, slot: &CacheSlot, answer: &str, paid: Option<f64>) {
+        let Some(cache) = &self.cache else { return };
+        let kept = cache.put(slot.key(), &self.identity(), answer, slot.sampled(), paid);
         if let Err(e) = kept {
             tracing::warn!(endpoint = %self.name, "the response cache cannot be written: {}", causes(&e));
         }
