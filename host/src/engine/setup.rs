@@ -258,6 +258,14 @@ async fn prepare_node(
     let mut node = Node::new(config.clone(), node_runtime, batch_mode);
     if !batch_mode {
         node.online = online;
+        let started = node.runtime.start_ahead(node.rows_expected()).await;
+        if started > 0 {
+            tracing::info!(
+                "node `{}`: {started} instances started ahead of its rows ({} µs of CPU each)",
+                config.name,
+                node.runtime.start_cost().as_micros()
+            );
+        }
     }
     Ok((node, record))
 }
@@ -293,5 +301,16 @@ impl Node {
         }
         let wanted: usize = self.online.iter().map(|e| e.rows_wanted()).sum();
         wanted.clamp(1, self.config.concurrency)
+    }
+
+    /// `rows_wanted` once the endpoints' limits are where they should
+    /// settle (see `Endpoint::rows_expected`): the instances worth starting
+    /// ahead of the rows.
+    pub fn rows_expected(&self) -> usize {
+        if self.online.is_empty() {
+            return self.config.concurrency;
+        }
+        let expected: usize = self.online.iter().map(|e| e.rows_expected()).sum();
+        expected.clamp(1, self.config.concurrency)
     }
 }

@@ -80,6 +80,12 @@ enum Turn {
     Woken,
 }
 
+/// Rows worth having under way at `limit` requests in flight, with none
+/// waiting out a refusal (see `Limiter::rows_wanted`).
+pub fn rows_wanted_at(limit: usize) -> usize {
+    limit + (limit / 4).max(LINE)
+}
+
 impl Limiter {
     pub fn new(initial: usize, max: usize) -> Self {
         let now = Instant::now();
@@ -179,8 +185,7 @@ impl Limiter {
     /// line, so rows beyond these would hold memory for nothing.
     pub fn rows_wanted(&self) -> usize {
         let s = self.lock();
-        let limit = s.controller.limit();
-        limit + (limit / 4).max(LINE) + s.waiting_out_refusals
+        rows_wanted_at(s.controller.limit()) + s.waiting_out_refusals
     }
 
     /// Stops every dispatch until `until` (an exhausted rate-limit window).

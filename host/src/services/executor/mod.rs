@@ -308,6 +308,17 @@ impl Endpoint {
         self.limiter.rows_wanted()
     }
 
+    /// Rows a node keeps under way for this endpoint once its limit is
+    /// where it should settle: at the limit an earlier run learned, or
+    /// else at the pool size.
+    pub fn rows_expected(&self) -> usize {
+        let limit = self
+            .carry
+            .started()
+            .map_or(self.spec.pool_size, |s| s.learned as usize);
+        limiter::rows_wanted_at(limit.min(self.spec.pool_size))
+    }
+
     /// Where the endpoint's requests wait for batches, in batch mode.
     pub fn batch(&self) -> Option<&Arc<BatchQueue>> {
         self.batch.as_ref()
