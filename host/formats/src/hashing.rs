@@ -38,9 +38,15 @@ pub fn canonical_row_text(row: &crate::types::Row) -> String {
 
 /// Hashes JSON text canonically when it parses, or its raw bytes otherwise.
 pub fn json_text_sha256(text: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(value) => sha256_hex(canonical_value_text(&value)),
-        Err(_) => sha256_hex(text),
+    parsed_json_sha256(serde_json::from_str(text).ok().as_ref(), text)
+}
+
+/// `json_text_sha256` of `text`, for a caller that parsed it already
+/// (`parsed` is None when it is not JSON).
+pub fn parsed_json_sha256(parsed: Option<&serde_json::Value>, text: &str) -> String {
+    match parsed {
+        Some(value) => sha256_hex(canonical_value_text(value)),
+        None => sha256_hex(text),
     }
 }
 

@@ -296,21 +296,23 @@ impl Node {
     /// take (each row waiting in line holds an instance), never more than
     /// its `concurrency`. A node without one runs its `concurrency`.
     pub fn rows_wanted(&self) -> usize {
-        if self.online.is_empty() {
-            return self.config.concurrency;
-        }
-        let wanted: usize = self.online.iter().map(|e| e.rows_wanted()).sum();
-        wanted.clamp(1, self.config.concurrency)
+        self.rows_for(Endpoint::rows_wanted)
     }
 
     /// `rows_wanted` once the endpoints' limits are where they should
     /// settle (see `Endpoint::rows_expected`): the instances worth starting
     /// ahead of the rows.
     pub fn rows_expected(&self) -> usize {
+        self.rows_for(Endpoint::rows_expected)
+    }
+
+    /// What `per_endpoint` says of the online endpoints, summed, within
+    /// the node's `concurrency`; that `concurrency` without one.
+    fn rows_for(&self, per_endpoint: impl Fn(&Endpoint) -> usize) -> usize {
         if self.online.is_empty() {
             return self.config.concurrency;
         }
-        let expected: usize = self.online.iter().map(|e| e.rows_expected()).sum();
-        expected.clamp(1, self.config.concurrency)
+        let rows: usize = self.online.iter().map(|e| per_endpoint(e)).sum();
+        rows.clamp(1, self.config.concurrency)
     }
 }

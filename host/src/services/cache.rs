@@ -149,10 +149,7 @@ pub struct CacheSlot {
 impl CacheSlot {
     pub fn of(endpoint_identity: &str, request: &str) -> Self {
         let parsed = serde_json::from_str::<serde_json::Value>(request).ok();
-        let canonical = match &parsed {
-            Some(value) => hashing::sha256_hex(hashing::canonical_value_text(value)),
-            None => hashing::sha256_hex(request),
-        };
+        let canonical = hashing::parsed_json_sha256(parsed.as_ref(), request);
         Self {
             key: hashing::sha256_hex(format!("{endpoint_identity}\n{canonical}")),
             sampled: parsed.as_ref().is_none_or(cost::samples),
