@@ -42,6 +42,20 @@ pub fn count(
     rows
 }
 
+/// Sources up to this size are counted before the nodes are prepared: a few
+/// milliseconds at most, against the instances a small run would otherwise
+/// start ahead for rows it does not have.
+const SMALL_SOURCE_BYTES: u64 = 1 << 20;
+
+/// The rows in `source` when it is a file small enough to count at once.
+pub fn rows_in_small_source(source: &DataFile) -> Option<u64> {
+    let metadata = std::fs::metadata(&source.path).ok()?;
+    if !metadata.is_file() || metadata.len() > SMALL_SOURCE_BYTES {
+        return None;
+    }
+    count_rows(&source.path, source.format)
+}
+
 /// The data rows in a source file.
 fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
     let file = std::fs::File::open(path).ok()?;
@@ -64,5 +78,52 @@ fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
             }
             Some(count)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn data_file(dir: &std::path::Path, name: &str, text: &str) -> DataFile {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let format = if name.ends_with(".csv") {
+            Format::Csv
+        } else {
+            Format::Jsonl
+        };
+        DataFile { path, format }
+    }
+
+    #[test]
+    fn a_small_source_is_counted_at_once_by_its_data_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = data_file(dir.path(), "t.csv", "id,text\n1,\"two\nlines\"\n2,b\n3,c\n");
+        assert_eq!(rows_in_small_source(&csv), Some(3));
+        let jsonl = data_file(dir.path(), "t.jsonl", "{\"a\":1}\n\n{\"a\":2}\n");
+        assert_eq!(rows_in_small_source(&jsonl), Some(2));
+    }
+
+    #[test]
+    fn a_large_or_missing_source_is_left_to_the_side_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let large = data_file(dir.path(), "large.csv", "id,text\n");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&large.path)
+            .unwrap();
+        let line = "1,some text that fills the file\n";
+        for _ in 0..=SMALL_SOURCE_BYTES as usize / line.len() {
+            file.write_all(line.as_bytes()).unwrap();
+        }
+        drop(file);
+        assert_eq!(rows_in_small_source(&large), None);
+        let missing = DataFile {
+            path: dir.path().join("missing.csv"),
+            format: Format::Csv,
+        };
+        assert_eq!(rows_in_small_source(&missing), None);
     }
 }

@@ -89,10 +89,12 @@ pub async fn prepare(
         }
     }
     let runtime = Runtime::new().map_err(RunError::Runtime)?;
+    let source_rows = super::rows_left::rows_in_small_source(&pipeline.source);
     let mut nodes = Vec::with_capacity(pipeline.nodes.len());
     let mut node_records = Vec::with_capacity(pipeline.nodes.len());
     for config in &pipeline.nodes {
-        let (node, record) = prepare_node(pipeline, &runtime, &executor, config, audit).await?;
+        let (node, record) =
+            prepare_node(pipeline, &runtime, &executor, config, audit, source_rows).await?;
         nodes.push(Arc::new(node));
         node_records.push(record);
     }
@@ -175,6 +177,7 @@ async fn prepare_node(
     executor: &Executor,
     config: &NodeConfig,
     audit: Option<&Arc<AuditLog>>,
+    source_rows: Option<u64>,
 ) -> Result<(Node, NodeRecord)> {
     let key = config.index.to_string();
     let at = |field: &str, message: String| {
@@ -258,7 +261,12 @@ async fn prepare_node(
     let mut node = Node::new(config.clone(), node_runtime, batch_mode);
     if !batch_mode {
         node.online = online;
-        let started = node.runtime.start_ahead(node.rows_expected()).await;
+        // A row the source does not have would only keep an instance idle.
+        let rows = source_rows.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let started = node
+            .runtime
+            .start_ahead(node.rows_expected().min(rows))
+            .await;
         if started > 0 {
             tracing::info!(
                 "node `{}`: {started} instances started ahead of its rows ({} µs of CPU each)",
