@@ -374,9 +374,13 @@ impl Endpoint {
                 on_attempt,
             ) => result,
         };
+        let (result, paid) = match result {
+            Ok((response, paid)) => (Ok(response), paid),
+            Err(e) => (Err(e), None),
+        };
         self.health.judge(&result);
         if let (Ok(response), Some(slot)) = (&result, cache_slot) {
-            self.keep_in_cache(slot, body, response);
+            self.keep_in_cache(slot, body, response, paid);
         }
         result
     }
@@ -412,16 +416,17 @@ impl Endpoint {
         })
     }
 
-    /// Keeps a successful online answer in the response cache.
-    fn keep_in_cache(&self, slot: &CacheSlot, body: &str, response: &Response) {
+    /// Keeps a successful online answer in the response cache, with what
+    /// its attempt was counted to cost. An answer that is not JSON was
+    /// counted nothing, and is kept with the cost estimated from the texts.
+    fn keep_in_cache(&self, slot: &CacheSlot, body: &str, response: &Response, paid: Option<f64>) {
         if !(200..300).contains(&response.status) {
             return;
         }
-        let paid = self
-            .spec
-            .price
-            .as_ref()
-            .map(|p| cost::call_cost(p, body, &response.body).usd);
+        let paid = paid.or_else(|| {
+            let price = self.spec.price.as_ref()?;
+            Some(cost::call_cost(price, body, &response.body).usd)
+        });
         self.keep_answer(slot, &response.body, paid);
     }
 

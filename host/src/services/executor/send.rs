@@ -34,7 +34,7 @@ impl Endpoint {
         body: &str,
         row_deadline: Option<Instant>,
         mut on_attempt: impl FnMut(Attempt<'_>),
-    ) -> Result<Response, CallError> {
+    ) -> Result<(Response, Option<f64>), CallError> {
         self.stats.request_started();
         let tokens = if self.rates.is_limited() {
             rate::estimate_tokens(body)
@@ -64,9 +64,8 @@ impl Endpoint {
                     }
                     return Err(CallError::Status(refusal));
                 }
-                return self
-                    .not_admitted(row_deadline == wait_deadline, attempt, first)
-                    .map_err(|e| with_first(e, first_failure.as_deref()));
+                let refused = self.not_admitted(row_deadline == wait_deadline, attempt, first);
+                return Err(with_first(refused, first_failure.as_deref()));
             };
             attempt += 1;
             let Admitted {
@@ -117,7 +116,7 @@ impl Endpoint {
                 .conclude(tried, attempt, elapsed, row_deadline)
                 .map_err(|e| with_first(e, root));
             self.stats.finished(outcome.is_ok() && ok);
-            return outcome;
+            return outcome.map(|response| (response, cost.map(|c| c.usd)));
         }
     }
 
@@ -305,12 +304,10 @@ impl Endpoint {
         row_deadline_first: bool,
         attempts: u32,
         first: Option<Instant>,
-    ) -> Result<Response, CallError> {
+    ) -> CallError {
         self.stats.finished(false);
         if self.health.stop().is_draining() {
-            return Err(CallError::Transport(
-                "not sent: the run is stopping".to_string(),
-            ));
+            return CallError::Transport("not sent: the run is stopping".to_string());
         }
         let spent = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
         let why = if row_deadline_first {
@@ -321,11 +318,11 @@ impl Endpoint {
                 self.spec.max_capacity_retry_seconds
             )
         };
-        Err(CallError::DeadlineExceeded(format!(
+        CallError::DeadlineExceeded(format!(
             "endpoint `{}`: {why} while waiting for the endpoint (circuit breaker open or \
              limits reached), after {attempts} attempts in {spent:.1} s",
             self.name
-        )))
+        ))
     }
 
     fn conclude(
