@@ -3,10 +3,12 @@
 //! does synchronously), averaged over recent calls. It decides whether the
 //! node's calls are worth moving to the guest threads. CPU time rather than
 //! wall time, so a thread the system preempts does not make a cheap guest
-//! look heavy.
+//! look heavy. With the rate of calls, it also tells how much of a thread
+//! the node's calls take in all: moving them pays only when that is much.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The recent calls' weight in the average: one in eight.
 const RECENT_SHIFT: u32 = 3;
@@ -21,6 +23,22 @@ const MEASURED_BEFORE_HEAVY: u64 = 8;
 /// system call, which a cheap guest's calls should not pay each time.
 const MEASURE_EVERY: u64 = 16;
 
+/// The calls per second are counted over windows this long.
+const RATE_WINDOW: Duration = Duration::from_millis(250);
+
+/// What the calls must take of a thread, their time per call times their
+/// rate, before they are moved: below it, the main thread has room for
+/// them, and each call moved costs two wake-ups across threads. A guest
+/// just above the per-call threshold (the `llm` guest measures 150 µs per
+/// call with cold caches) against a capped endpoint, 320 calls a second,
+/// takes 5 % of a thread; moved, each of its calls took twice the CPU.
+const BUSY_SHARE: f64 = 0.25;
+
+/// Calls this long are moved whatever their rate: on the main thread, each
+/// would hold up the answers of every request in flight for that long,
+/// and with them the latency the adaptive limit reads.
+const LONG_CALL: Duration = Duration::from_millis(2);
+
 /// A node's guest time per call, as a moving average. Calls run at once
 /// update it without locking: an update lost to a race only slows the
 /// average down.
@@ -33,6 +51,23 @@ pub struct GuestCost {
     measured: AtomicU64,
     /// Whether the calls were last found heavy (`heavy`).
     heavy: AtomicBool,
+    /// When the current window of calls began (nanoseconds after `base()`,
+    /// 0 before the first call measured), and the calls counted then.
+    window_start: AtomicU64,
+    window_calls: AtomicU64,
+    /// Calls per second over the last whole window, as `f64` bits; 0 before
+    /// the first window ends.
+    per_second: AtomicU64,
+}
+
+/// The instant the windows' times are counted from.
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn nanos_since_base(now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(base()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl GuestCost {
@@ -52,7 +87,12 @@ impl GuestCost {
 
     /// Records a call that held its thread for `spent`.
     pub fn record(&self, spent: Duration, on_guest_thread: bool) {
+        self.record_at(spent, on_guest_thread, Instant::now());
+    }
+
+    fn record_at(&self, spent: Duration, on_guest_thread: bool, now: Instant) {
         self.count(on_guest_thread);
+        self.follow_rate(nanos_since_base(now).max(1));
         let sample = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
         // Rising from zero rather than from the first call, which is slow
         // for any guest (cold caches, the first connection): a node's calls
@@ -61,6 +101,62 @@ impl GuestCost {
         let next = mean - (mean >> RECENT_SHIFT) + (sample >> RECENT_SHIFT);
         self.nanos_per_call.store(next, Ordering::Relaxed);
         self.measured.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Ends the window of calls when it is `RATE_WINDOW` old, keeping its
+    /// rate; starts the first.
+    fn follow_rate(&self, now: u64) {
+        let start = self.window_start.load(Ordering::Relaxed);
+        let calls = self.calls.load(Ordering::Relaxed);
+        let elapsed = now.saturating_sub(start);
+        if start != 0 && elapsed < RATE_WINDOW.as_nanos() as u64 {
+            return;
+        }
+        if start != 0 {
+            let counted = calls.saturating_sub(self.window_calls.load(Ordering::Relaxed));
+            let rate = counted as f64 / Duration::from_nanos(elapsed).as_secs_f64();
+            self.per_second.store(rate.to_bits(), Ordering::Relaxed);
+        }
+        self.window_start.store(now, Ordering::Relaxed);
+        self.window_calls.store(calls, Ordering::Relaxed);
+    }
+
+    /// Calls per second: over the last whole window, or before one has
+    /// ended, since the first call measured.
+    fn calls_per_second(&self, now: Instant) -> f64 {
+        let rate = f64::from_bits(self.per_second.load(Ordering::Relaxed));
+        if rate > 0.0 {
+            return rate;
+        }
+        let start = self.window_start.load(Ordering::Relaxed);
+        if start == 0 {
+            return 0.0;
+        }
+        let elapsed = Duration::from_nanos(nanos_since_base(now).saturating_sub(start))
+            .max(Duration::from_millis(1));
+        let counted = self
+            .calls
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.window_calls.load(Ordering::Relaxed));
+        counted as f64 / elapsed.as_secs_f64()
+    }
+
+    /// How much of a thread the node's calls take in all, their time per
+    /// call times their rate (1.0: a whole thread).
+    fn share_of_a_thread(&self, now: Instant) -> f64 {
+        self.per_call().as_secs_f64() * self.calls_per_second(now)
+    }
+
+    /// Whether the calls are worth moving to the guest threads: heavy, and
+    /// either long enough to hold up the main thread's I/O or, in all,
+    /// taking a good share of it.
+    pub fn worth_moving(&self, threshold: Duration) -> bool {
+        self.worth_moving_at(threshold, Instant::now())
+    }
+
+    fn worth_moving_at(&self, threshold: Duration, now: Instant) -> bool {
+        self.heavy(threshold)
+            && (self.per_call() >= LONG_CALL || self.share_of_a_thread(now) >= BUSY_SHARE)
     }
 
     pub fn calls_on_guest_threads(&self) -> u64 {
@@ -168,6 +264,85 @@ mod tests {
             !cost.heavy(threshold),
             "within the band from below: stays cheap"
         );
+    }
+
+    /// `calls` calls at `per_call` each, spread evenly over `over`, the
+    /// measured ones recorded at their time; returns when the last ran.
+    fn calls_over(
+        cost: &GuestCost,
+        from: Instant,
+        calls: u32,
+        over: Duration,
+        per_call: Duration,
+    ) -> Instant {
+        let mut at = from;
+        for i in 0..calls {
+            at = from + over * i / calls;
+            if cost.measure_next() {
+                cost.record_at(per_call, false, at);
+            } else {
+                cost.count(false);
+            }
+        }
+        at
+    }
+
+    #[test]
+    fn heavy_calls_at_a_low_rate_stay_on_the_main_thread() {
+        let threshold = Duration::from_micros(250);
+        let cost = GuestCost::default();
+        // 320 calls a second at 400 µs: 13 % of a thread.
+        let start = Instant::now();
+        let now = calls_over(
+            &cost,
+            start,
+            640,
+            Duration::from_secs(2),
+            Duration::from_micros(400),
+        );
+        assert!(cost.heavy(threshold));
+        let share = cost.share_of_a_thread(now);
+        assert!((0.1..0.16).contains(&share), "{share}");
+        assert!(!cost.worth_moving_at(threshold, now));
+        // The same calls at 2,000 a second take most of a thread.
+        let now = calls_over(
+            &cost,
+            now,
+            2_000,
+            Duration::from_secs(1),
+            Duration::from_micros(400),
+        );
+        assert!(cost.share_of_a_thread(now) > 0.6);
+        assert!(cost.worth_moving_at(threshold, now));
+    }
+
+    #[test]
+    fn long_calls_are_moved_whatever_their_rate() {
+        let threshold = Duration::from_micros(250);
+        let cost = GuestCost::default();
+        let now = calls_over(
+            &cost,
+            Instant::now(),
+            320,
+            Duration::from_secs(32),
+            Duration::from_millis(5),
+        );
+        assert!(cost.share_of_a_thread(now) < BUSY_SHARE);
+        assert!(cost.worth_moving_at(threshold, now));
+    }
+
+    #[test]
+    fn a_burst_of_first_calls_counts_as_busy_before_a_window_ends() {
+        let threshold = Duration::from_micros(250);
+        let cost = GuestCost::default();
+        let now = calls_over(
+            &cost,
+            Instant::now(),
+            200,
+            Duration::from_millis(50),
+            Duration::from_micros(400),
+        );
+        assert!(cost.worth_moving_at(threshold, now));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! across threads for the hand-over and its return, which is more CPU than
 //! a cheap guest's whole call (the built-in `llm` guest's takes about
 //! 100 µs). So a node's calls move only while its guest time per call
-//! (`GuestCost`) is heavy.
+//! (`GuestCost`) is heavy and, in all, they take a good share of a thread.
 
 use super::guest_cost::GuestCost;
 use crate::runtime::bindings::Outcome;
@@ -180,7 +180,7 @@ pub async fn process(
 ) -> Result<(GuestInstance, Result<Vec<Outcome>, Interrupted>), Unavailable> {
     let guest_threads = GUEST_THREADS.get().filter(|threads| {
         threads.threshold.is_zero()
-            || cost.heavy(threads.threshold)
+            || cost.worth_moving(threads.threshold)
             || (runtime.start_cost() > threads.threshold && runtime.instances_idle() == 0)
     });
     let measured = cost.measure_next();
