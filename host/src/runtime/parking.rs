@@ -33,10 +33,10 @@ pub const SUSPENDED_PER_CORE: usize = 64;
 
 /// Of a node's memory budget, what this many instances per core take is
 /// left to the calls that run; suspended instances may hold the rest. Half
-/// the budget, as it once was, parked a Python guest's rows against a pool
-/// of 32: 29 of its 13 MiB instances fit in half of 768 MiB, and a quarter
-/// of the rows ran twice, doubling the CPU per row, with a third of the
-/// budget unused.
+/// the budget would park a Python guest's rows against a pool of 32: 29 of
+/// its 13 MiB instances fit in half of 768 MiB, and a quarter of the rows
+/// would run twice, doubling the CPU per row, with a third of the budget
+/// unused.
 const RUNNING_PER_CORE: usize = 2;
 
 /// A row parks only if the wait it would spend suspended is at least this
