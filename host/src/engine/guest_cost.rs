@@ -3,10 +3,10 @@
 //! does synchronously), averaged over recent calls. It decides whether the
 //! node's calls are worth moving to the guest threads. CPU time rather than
 //! wall time, so a thread the system preempts does not make a cheap guest
-//! look heavy. With the rate of calls, it also tells how much of a thread
-//! the node's calls take in all: moving them pays only when that is much.
+//! look heavy. Moving them pays only when, besides, the guests take a good
+//! share of a thread in all (`GuestLoad`).
 
-use std::sync::OnceLock;
+use super::guest_load::{ALL_GUESTS, GuestLoad};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,15 +23,12 @@ const MEASURED_BEFORE_HEAVY: u64 = 8;
 /// system call, which a cheap guest's calls should not pay each time.
 const MEASURE_EVERY: u64 = 16;
 
-/// The calls per second are counted over windows this long.
-const RATE_WINDOW: Duration = Duration::from_millis(250);
-
-/// What the calls must take of a thread, their time per call times their
-/// rate, before they are moved: below it, the main thread has room for
-/// them, and each call moved costs two wake-ups across threads. A guest
-/// just above the per-call threshold (the `llm` guest measures 150 µs per
-/// call with cold caches) against a capped endpoint, 320 calls a second,
-/// takes 5 % of a thread; moved, each of its calls took twice the CPU.
+/// What the run's guests must take of a thread in all before a heavy
+/// node's calls are moved: below it, the main thread has room for them,
+/// and each call moved costs two wake-ups across threads. A guest just
+/// above the per-call threshold (the `llm` guest measures 150 µs per call
+/// with cold caches) against a capped endpoint, 320 calls a second, takes
+/// 5 % of a thread; moved, each of its calls took twice the CPU.
 const BUSY_SHARE: f64 = 0.25;
 
 /// Calls this long are moved whatever their rate: on the main thread, each
@@ -42,7 +39,6 @@ const LONG_CALL: Duration = Duration::from_millis(2);
 /// A node's guest time per call, as a moving average. Calls run at once
 /// update it without locking: an update lost to a race only slows the
 /// average down.
-#[derive(Default)]
 pub struct GuestCost {
     nanos_per_call: AtomicU64,
     /// Calls run on the guest threads rather than the main one.
@@ -51,26 +47,29 @@ pub struct GuestCost {
     measured: AtomicU64,
     /// Whether the calls were last found heavy (`heavy`).
     heavy: AtomicBool,
-    /// When the current window of calls began (nanoseconds after `base()`,
-    /// 0 before the first call measured), and the calls counted then.
-    window_start: AtomicU64,
-    window_calls: AtomicU64,
-    /// Calls per second over the last whole window, as `f64` bits; 0 before
-    /// the first window ends.
-    per_second: AtomicU64,
+    /// The guest time of the whole run, which the node's calls add to.
+    load: &'static GuestLoad,
 }
 
-/// The instant the windows' times are counted from.
-fn base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-fn nanos_since_base(now: Instant) -> u64 {
-    u64::try_from(now.saturating_duration_since(base()).as_nanos()).unwrap_or(u64::MAX)
+impl Default for GuestCost {
+    fn default() -> Self {
+        Self::adding_to(&ALL_GUESTS)
+    }
 }
 
 impl GuestCost {
+    /// A node's cost whose calls count in `load`.
+    pub fn adding_to(load: &'static GuestLoad) -> Self {
+        Self {
+            nanos_per_call: AtomicU64::new(0),
+            on_guest_threads: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            measured: AtomicU64::new(0),
+            heavy: AtomicBool::new(false),
+            load,
+        }
+    }
+
     /// Whether to measure the next call: the first, then one in `MEASURE_EVERY`.
     pub fn measure_next(&self) -> bool {
         self.calls
@@ -92,7 +91,9 @@ impl GuestCost {
 
     fn record_at(&self, spent: Duration, on_guest_thread: bool, now: Instant) {
         self.count(on_guest_thread);
-        self.follow_rate(nanos_since_base(now).max(1));
+        // One call in `MEASURE_EVERY` is measured: it stands for them all.
+        let every = u32::try_from(MEASURE_EVERY).unwrap_or(u32::MAX);
+        self.load.add(spent.saturating_mul(every), now);
         let sample = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
         // Rising from zero rather than from the first call, which is slow
         // for any guest (cold caches, the first connection): a node's calls
@@ -103,60 +104,16 @@ impl GuestCost {
         self.measured.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Ends the window of calls when it is `RATE_WINDOW` old, keeping its
-    /// rate; starts the first.
-    fn follow_rate(&self, now: u64) {
-        let start = self.window_start.load(Ordering::Relaxed);
-        let calls = self.calls.load(Ordering::Relaxed);
-        let elapsed = now.saturating_sub(start);
-        if start != 0 && elapsed < RATE_WINDOW.as_nanos() as u64 {
-            return;
-        }
-        if start != 0 {
-            let counted = calls.saturating_sub(self.window_calls.load(Ordering::Relaxed));
-            let rate = counted as f64 / Duration::from_nanos(elapsed).as_secs_f64();
-            self.per_second.store(rate.to_bits(), Ordering::Relaxed);
-        }
-        self.window_start.store(now, Ordering::Relaxed);
-        self.window_calls.store(calls, Ordering::Relaxed);
-    }
-
-    /// Calls per second: over the last whole window, or before one has
-    /// ended, since the first call measured.
-    fn calls_per_second(&self, now: Instant) -> f64 {
-        let rate = f64::from_bits(self.per_second.load(Ordering::Relaxed));
-        if rate > 0.0 {
-            return rate;
-        }
-        let start = self.window_start.load(Ordering::Relaxed);
-        if start == 0 {
-            return 0.0;
-        }
-        let elapsed = Duration::from_nanos(nanos_since_base(now).saturating_sub(start))
-            .max(Duration::from_millis(1));
-        let counted = self
-            .calls
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.window_calls.load(Ordering::Relaxed));
-        counted as f64 / elapsed.as_secs_f64()
-    }
-
-    /// How much of a thread the node's calls take in all, their time per
-    /// call times their rate (1.0: a whole thread).
-    fn share_of_a_thread(&self, now: Instant) -> f64 {
-        self.per_call().as_secs_f64() * self.calls_per_second(now)
-    }
-
     /// Whether the calls are worth moving to the guest threads: heavy, and
-    /// either long enough to hold up the main thread's I/O or, in all,
-    /// taking a good share of it.
+    /// either long enough to hold up the main thread's I/O or made while
+    /// the run's guests take a good share of a thread.
     pub fn worth_moving(&self, threshold: Duration) -> bool {
         self.worth_moving_at(threshold, Instant::now())
     }
 
     fn worth_moving_at(&self, threshold: Duration, now: Instant) -> bool {
         self.heavy(threshold)
-            && (self.per_call() >= LONG_CALL || self.share_of_a_thread(now) >= BUSY_SHARE)
+            && (self.per_call() >= LONG_CALL || self.load.share_of_a_thread(now) >= BUSY_SHARE)
     }
 
     pub fn calls_on_guest_threads(&self) -> u64 {
@@ -287,10 +244,15 @@ mod tests {
         at
     }
 
+    /// A node's cost counted in a load of its own, apart from other tests'.
+    fn alone() -> GuestCost {
+        GuestCost::adding_to(Box::leak(Box::new(GuestLoad::new())))
+    }
+
     #[test]
     fn heavy_calls_at_a_low_rate_stay_on_the_main_thread() {
         let threshold = Duration::from_micros(250);
-        let cost = GuestCost::default();
+        let cost = alone();
         // 320 calls a second at 400 µs: 13 % of a thread.
         let start = Instant::now();
         let now = calls_over(
@@ -301,7 +263,7 @@ mod tests {
             Duration::from_micros(400),
         );
         assert!(cost.heavy(threshold));
-        let share = cost.share_of_a_thread(now);
+        let share = cost.load.share_of_a_thread(now);
         assert!((0.1..0.16).contains(&share), "{share}");
         assert!(!cost.worth_moving_at(threshold, now));
         // The same calls at 2,000 a second take most of a thread.
@@ -312,14 +274,14 @@ mod tests {
             Duration::from_secs(1),
             Duration::from_micros(400),
         );
-        assert!(cost.share_of_a_thread(now) > 0.6);
+        assert!(cost.load.share_of_a_thread(now) > 0.6);
         assert!(cost.worth_moving_at(threshold, now));
     }
 
     #[test]
     fn long_calls_are_moved_whatever_their_rate() {
         let threshold = Duration::from_micros(250);
-        let cost = GuestCost::default();
+        let cost = alone();
         let now = calls_over(
             &cost,
             Instant::now(),
@@ -327,14 +289,14 @@ mod tests {
             Duration::from_secs(32),
             Duration::from_millis(5),
         );
-        assert!(cost.share_of_a_thread(now) < BUSY_SHARE);
+        assert!(cost.load.share_of_a_thread(now) < BUSY_SHARE);
         assert!(cost.worth_moving_at(threshold, now));
     }
 
     #[test]
     fn a_burst_of_first_calls_counts_as_busy_before_a_window_ends() {
         let threshold = Duration::from_micros(250);
-        let cost = GuestCost::default();
+        let cost = alone();
         let now = calls_over(
             &cost,
             Instant::now(),
@@ -343,6 +305,31 @@ mod tests {
             Duration::from_micros(400),
         );
         assert!(cost.worth_moving_at(threshold, now));
+    }
+
+    #[test]
+    fn heavy_nodes_that_share_a_busy_thread_move_though_each_takes_little() {
+        let threshold = Duration::from_micros(400);
+        let load: &'static GuestLoad = Box::leak(Box::new(GuestLoad::new()));
+        let nodes: Vec<GuestCost> = (0..5).map(|_| GuestCost::adding_to(load)).collect();
+        // Each row goes through the five nodes, 500 µs each: 400 rows a
+        // second take each node a fifth of a thread, and all of them the
+        // whole thread.
+        let start = Instant::now();
+        let mut now = start;
+        for row in 0..800u32 {
+            now = start + Duration::from_secs(2) * row / 800;
+            for node in &nodes {
+                if node.measure_next() {
+                    node.record_at(Duration::from_micros(500), false, now);
+                } else {
+                    node.count(false);
+                }
+            }
+        }
+        let share = load.share_of_a_thread(now);
+        assert!((0.9..1.1).contains(&share), "{share}");
+        assert!(nodes.iter().all(|n| n.worth_moving_at(threshold, now)));
     }
 
     #[test]

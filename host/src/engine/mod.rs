@@ -5,6 +5,7 @@ mod columns;
 mod drain;
 mod error;
 mod guest_cost;
+mod guest_load;
 pub mod guest_threads;
 mod merge;
 mod ordered;
