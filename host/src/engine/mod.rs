@@ -291,8 +291,11 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         ..RunReport::default()
     };
     let source_failure = Arc::new(Mutex::new(None));
+    let source_rows = rows_left::rows_in_small_source(&pipeline.source);
+    prepared.start_ahead(source_rows).await;
     let to_come = rows_left::count(
         &pipeline.source,
+        source_rows,
         rows.clone(),
         check.as_ref().map_or(0, |c| c.done.len() as u64),
         &progress,

@@ -12,11 +12,13 @@ use std::sync::Arc;
 
 /// The rows of `range` a run will take from `source`, less the `done` ones
 /// an earlier run finished: at once when the range is bounded (a shard's
-/// part), or once the file is counted. The count also gives `progress` the
-/// file's total when it is drawn. A pipe cannot be read twice: its total
-/// stays unknown.
+/// part) or the file was counted already (`counted`, see
+/// `rows_in_small_source`), else once the file is counted. The count also
+/// gives `progress` the file's total when it is drawn. A pipe cannot be
+/// read twice: its total stays unknown.
 pub fn count(
     source: &DataFile,
+    counted: Option<u64>,
     range: Range<u64>,
     done: u64,
     progress: &Progress,
@@ -27,15 +29,20 @@ pub fn count(
         rows.set_total((range.end - range.start).saturating_sub(done));
     }
     let wanted = !bounded || progress.is_shown();
-    if wanted && source.is_regular_file() {
+    let known = move |rows: &RowsToCome, progress: &Progress, total: u64| {
+        if !bounded {
+            rows.set_total(total.saturating_sub(range.start).saturating_sub(done));
+        }
+        progress.set_length(total);
+    };
+    if let Some(total) = counted {
+        known(&rows, progress, total);
+    } else if wanted && source.is_regular_file() {
         let (path, format) = (source.path.clone(), source.format);
-        let (counted, progress) = (Arc::clone(&rows), progress.clone());
+        let (rows, progress) = (Arc::clone(&rows), progress.clone());
         std::thread::spawn(move || {
             if let Some(total) = count_rows(&path, format) {
-                if !bounded {
-                    counted.set_total(total.saturating_sub(range.start).saturating_sub(done));
-                }
-                progress.set_length(total);
+                known(&rows, &progress, total);
             }
         });
     }

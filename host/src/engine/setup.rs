@@ -89,12 +89,10 @@ pub async fn prepare(
         }
     }
     let runtime = Runtime::new().map_err(RunError::Runtime)?;
-    let source_rows = super::rows_left::rows_in_small_source(&pipeline.source);
     let mut nodes = Vec::with_capacity(pipeline.nodes.len());
     let mut node_records = Vec::with_capacity(pipeline.nodes.len());
     for config in &pipeline.nodes {
-        let (node, record) =
-            prepare_node(pipeline, &runtime, &executor, config, audit, source_rows).await?;
+        let (node, record) = prepare_node(pipeline, &runtime, &executor, config, audit).await?;
         nodes.push(Arc::new(node));
         node_records.push(record);
     }
@@ -160,6 +158,29 @@ pub fn controls(
 }
 
 impl Prepared {
+    /// Starts the instances of slow-to-start guests before the first row
+    /// (`NodeRuntime::start_ahead`), for a run about to start: as many as
+    /// each node's endpoints are expected to keep under way, and no more
+    /// than `source_rows` when the source was counted. Nodes in batch mode
+    /// keep their rows waiting without instances, and start none.
+    pub async fn start_ahead(&self, source_rows: Option<u64>) {
+        // A row the source does not have would only keep an instance idle.
+        let rows = source_rows.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        for node in self.nodes.iter().filter(|n| n.guest_slots.is_none()) {
+            let started = node
+                .runtime
+                .start_ahead(node.rows_expected().min(rows))
+                .await;
+            if started > 0 {
+                tracing::info!(
+                    "node `{}`: {started} instances started ahead of its rows ({} µs of CPU each)",
+                    node.config.name,
+                    node.runtime.start_cost().as_micros()
+                );
+            }
+        }
+    }
+
     /// Records what the run is made of, for a run that starts now.
     pub fn record_identity(&self, audit: &AuditLog) {
         for e in &self.endpoint_records {
@@ -177,7 +198,6 @@ async fn prepare_node(
     executor: &Executor,
     config: &NodeConfig,
     audit: Option<&Arc<AuditLog>>,
-    source_rows: Option<u64>,
 ) -> Result<(Node, NodeRecord)> {
     let key = config.index.to_string();
     let at = |field: &str, message: String| {
@@ -261,19 +281,6 @@ async fn prepare_node(
     let mut node = Node::new(config.clone(), node_runtime, batch_mode);
     if !batch_mode {
         node.online = online;
-        // A row the source does not have would only keep an instance idle.
-        let rows = source_rows.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        let started = node
-            .runtime
-            .start_ahead(node.rows_expected().min(rows))
-            .await;
-        if started > 0 {
-            tracing::info!(
-                "node `{}`: {started} instances started ahead of its rows ({} µs of CPU each)",
-                config.name,
-                node.runtime.start_cost().as_micros()
-            );
-        }
     }
     Ok((node, record))
 }
