@@ -181,7 +181,7 @@ pub async fn process(
     let guest_threads = GUEST_THREADS.get().filter(|threads| {
         threads.threshold.is_zero()
             || cost.worth_moving(threads.threshold)
-            || (runtime.start_cost() > threads.threshold && runtime.instances_idle() == 0)
+            || (runtime.typical_start_cost() > threads.threshold && runtime.instances_idle() == 0)
     });
     let measured = cost.measure_next();
     let (thread, worker) = match guest_threads.map(GuestThreads::place) {

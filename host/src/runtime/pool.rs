@@ -510,6 +510,11 @@ impl NodeRuntime {
         self.suspend.start_cost()
     }
 
+    /// What a new instance usually takes to start, a cold start aside.
+    pub fn typical_start_cost(&self) -> std::time::Duration {
+        self.suspend.typical_start_cost()
+    }
+
     /// The CPU a new instance's first call takes (a running mean).
     pub fn first_call_cost(&self) -> std::time::Duration {
         self.suspend.first_call_cost()
