@@ -8,12 +8,14 @@ use crate::common::*;
 use std::time::{Duration, Instant};
 use weir_test_llm_server::{Reply, Script, TestLlmServer};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback port held bound but not listening: connections to it are
+/// refused, and while it is held no other test's server can be given it (a
+/// port only looked up and let go could go to one running beside this test).
+fn dead_port() -> (tokio::net::TcpSocket, u16) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    (socket, port)
 }
 
 /// The ids in the sink, which must hold rows 0..n each once, in order.
@@ -25,7 +27,7 @@ fn assert_every_row_once(ws: &Workspace, n: usize) {
 
 #[tokio::test]
 async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_it() {
-    let port = free_port();
+    let (dead, port) = dead_port();
     let base_url = format!("http://127.0.0.1:{port}/v1");
     let ws = Workspace::new();
     ws.write("in.csv", &numbered_rows(2000));
@@ -62,6 +64,7 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
         "no row was recorded as failed"
     );
 
+    drop(dead);
     let server = TestLlmServer::bind(Script::default(), &format!("127.0.0.1:{port}"))
         .await
         .unwrap();
