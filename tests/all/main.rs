@@ -24,3 +24,4 @@ mod rows;
 mod sandbox;
 mod shards;
 mod stopping;
+mod tls;

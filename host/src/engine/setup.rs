@@ -72,6 +72,7 @@ pub async fn prepare(
                 "max_retries": endpoint.spec.max_retries,
                 "request_timeout_seconds": endpoint.spec.request_timeout_seconds,
                 "connect_timeout_seconds": endpoint.spec.connect_timeout_seconds,
+                "http2": endpoint.spec.http2,
                 "adaptive_concurrency": endpoint.spec.adaptive_concurrency,
                 "initial_concurrency": endpoint.spec.initial_concurrency,
                 "requests_per_minute": endpoint.spec.requests_per_minute,

@@ -138,6 +138,14 @@ pub struct EndpointSpec {
     pub request_timeout_seconds: f64,
     #[serde(default = "defaults::connect_timeout_seconds")]
     pub connect_timeout_seconds: f64,
+    /// Let an HTTPS endpoint that offers HTTP/2 carry every request over one
+    /// connection. Off, each request in flight has a connection of its own
+    /// (HTTP/1.1, as the OpenAI and Anthropic SDKs do): over one HTTP/2
+    /// connection the requests in flight stop at the server's stream limit
+    /// (often 100 to 256) whatever `pool_size` says, the rest waiting in the
+    /// client where they look like a queue at the server.
+    #[serde(default)]
+    pub http2: bool,
     /// The longest an attempt waits for its answer to begin (the response
     /// head), out of `request_timeout_seconds`. A server that queues instead
     /// of answering 429 (llama.cpp, vLLM, Ollama) holds a request's answer

@@ -385,6 +385,23 @@ fn a_first_byte_timeout_is_within_the_request_timeout_and_refused_at_its_line() 
 }
 
 #[test]
+fn http2_is_off_unless_an_endpoint_allows_it_and_must_be_true_or_false() {
+    let endpoint =
+        |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));
+    let default = load_with(GOOD, &[("KEY", "k")]).unwrap();
+    assert!(!default.endpoints["llm"].http2);
+    let on = load_with(&endpoint("http2: true"), &[("KEY", "k")]).unwrap();
+    assert!(on.endpoints["llm"].http2);
+    let err = load_with(&endpoint("http2: sometimes"), &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.yaml:7:12: invalid boolean (true or false expected)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn the_attempt_timeout_is_on_by_default_and_its_settings_are_checked_at_their_line() {
     let endpoint =
         |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));

@@ -492,12 +492,18 @@ impl Endpoint {
 }
 
 /// An endpoint's HTTP client: its pool of connections, with the endpoint's
-/// connect timeout.
+/// connect timeout, HTTP/1.1 unless the endpoint allows HTTP/2 (see
+/// `EndpointSpec::http2`).
 fn http_client(name: &str, spec: &EndpointSpec) -> Result<reqwest::Client, EndpointError> {
-    Ok(reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
         .pool_max_idle_per_host(spec.pool_size)
-        .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
+        .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")));
+    let builder = match spec.http2 {
+        true => builder,
+        false => builder.http1_only(),
+    };
+    Ok(builder
         .build()
         .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?)
 }
