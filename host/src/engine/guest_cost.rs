@@ -235,13 +235,18 @@ mod tests {
         let mut at = from;
         for i in 0..calls {
             at = from + over * i / calls;
-            if cost.measure_next() {
-                cost.record_at(per_call, false, at);
-            } else {
-                cost.count(false);
-            }
+            call_at(cost, at, per_call);
         }
         at
+    }
+
+    /// One call of `per_call` at `at`, recorded if it is one to measure.
+    fn call_at(cost: &GuestCost, at: Instant, per_call: Duration) {
+        if cost.measure_next() {
+            cost.record_at(per_call, false, at);
+        } else {
+            cost.count(false);
+        }
     }
 
     /// A node's cost counted in a load of its own, apart from other tests'.
@@ -320,11 +325,7 @@ mod tests {
         for row in 0..800u32 {
             now = start + Duration::from_secs(2) * row / 800;
             for node in &nodes {
-                if node.measure_next() {
-                    node.record_at(Duration::from_micros(500), false, now);
-                } else {
-                    node.count(false);
-                }
+                call_at(node, now, Duration::from_micros(500));
             }
         }
         let share = load.share_of_a_thread(now);
