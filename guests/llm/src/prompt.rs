@@ -19,6 +19,9 @@ impl Prompts {
     /// Compiles both templates; a syntax error names the template and its line.
     pub fn compile(template: &str, system_prompt: Option<&str>) -> Result<Self, String> {
         let mut env = Environment::new();
+        // Debug mode defaults to the build's debug assertions: without it, the
+        // release-built guest's errors lose the template line they point at.
+        env.set_debug(true);
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(RENDER_FUEL));
         env.add_template_owned(TEMPLATE_NAME, template.to_owned())
