@@ -318,6 +318,11 @@ impl TestLlmServer {
         self.shared.log.lock().unwrap().clone()
     }
 
+    /// Time since the server started, on the clock of `Served::at`.
+    pub fn elapsed(&self) -> Duration {
+        self.shared.started.elapsed()
+    }
+
     pub fn peak_in_flight(&self) -> usize {
         self.shared.peak_in_flight.load(Ordering::SeqCst)
     }

@@ -36,14 +36,15 @@ impl ByteBudget {
     }
 
     /// Counts `bytes` as queued, first waiting while they would pass the
-    /// limit. A record larger than the whole budget goes once nothing else
-    /// is queued.
-    pub fn take(&self, bytes: usize) {
+    /// limit, and says how many bytes are queued now. A record larger than
+    /// the whole budget goes once nothing else is queued.
+    pub fn take(&self, bytes: usize) -> usize {
         let mut state = self.state();
         while !state.closed && state.queued > 0 && state.queued + bytes > self.limit {
             state = self.freed.wait(state).unwrap_or_else(|e| e.into_inner());
         }
         state.queued += bytes;
+        state.queued
     }
 
     /// The writer has written `bytes` of what was queued.
@@ -63,7 +64,6 @@ impl ByteBudget {
         self.freed.notify_all();
     }
 
-    #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.state().queued
     }

@@ -188,10 +188,21 @@ impl AuditLog {
             return;
         };
         let bytes = record.approx_bytes();
-        self.budget.take(bytes);
+        let queued = self.budget.take(bytes);
         if tx.send(Queued { record, bytes }).is_err() {
             self.budget.release(bytes);
             self.broken.store(true, Ordering::Relaxed);
+            return;
+        }
+        if queued >= writer::WAKE_BYTES && queued - bytes < writer::WAKE_BYTES {
+            self.wake_writer();
+        }
+    }
+
+    /// Ends the writer's sleep, so what is queued is committed now.
+    fn wake_writer(&self) {
+        if let Some(handle) = &self.writer {
+            handle.thread().unpark();
         }
     }
 
@@ -229,6 +240,7 @@ impl AuditLog {
                 })
                 .is_ok()
         {
+            self.wake_writer();
             // A writer that failed drops the acknowledgement unsent.
             let _ = done.recv_timeout(FLUSH_WAIT);
         }

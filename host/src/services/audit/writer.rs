@@ -21,9 +21,19 @@ const BATCH: usize = 20_000;
 /// How long the writer sleeps once it has drained the queue, so records gather
 /// into the next transaction. Waiting on the queue instead would wake this
 /// thread for every record: a cross-thread wake-up per record cost more CPU
-/// than writing it, and committing each alone would write the WAL hundreds of
-/// times a second.
-const LINGER: Duration = Duration::from_millis(50);
+/// than writing it. Each commit writes every page it dirtied to the WAL
+/// again (a leaf of each table, about 0.8 ms in all), so against a slow
+/// endpoint, a few hundred rows a second, a 50 ms sleep spent nearly half the
+/// writer's time committing. It is also how long an answer can wait to be
+/// committed, and a process killed meanwhile pays for it again on resume:
+/// senders wake the writer sooner once `WAKE_BYTES` are queued, and a flush
+/// or the run's end wakes it at once.
+const LINGER: Duration = Duration::from_millis(250);
+
+/// Queued bytes at which the writer stops sleeping: a fast run commits in
+/// steps of about this much (a few hundred rows with their payloads), which
+/// also bounds the answers a kill can lose.
+pub const WAKE_BYTES: usize = 1 << 20;
 
 /// The writer hands bytes back to the queue's budget in steps of this many.
 const RELEASE_BYTES: usize = 256 << 10;
@@ -160,9 +170,9 @@ fn write_all(
         if !open {
             return Ok(());
         }
-        if written < BATCH {
-            // `AuditLog::close` unparks this thread, so the end of a run
-            // does not wait out the linger.
+        if written < BATCH && budget.queued() < WAKE_BYTES {
+            // Senders unpark this thread at `WAKE_BYTES`, a flush and
+            // `AuditLog::close` at once, so neither waits out the linger.
             std::thread::park_timeout(LINGER);
         }
     }
