@@ -219,7 +219,15 @@ fn batch_answer(
         .then(|| endpoint.batch_answer_taken(body, &answer.body, answer.tokens))
         .flatten();
     if let (true, Some(slot)) = (ok, cache_slot) {
-        endpoint.keep_answer(slot, &answer.body, cost.map(|c| c.usd));
+        // An answer a row took before, in this process or a killed one, was
+        // counted then; a cache that lacks it (cleared since) still learns
+        // what it cost, or its hits would say they saved nothing.
+        let paid = cost.or_else(|| {
+            endpoint
+                .batch_answer_cost(body, &answer.body)
+                .map(|(c, _)| c)
+        });
+        endpoint.keep_answer(slot, &answer.body, paid.map(|c| c.usd));
     }
     audit.record(Record::Call(CallRecord {
         response: Some(Json::Text(Arc::from(answer.body.as_str()))),

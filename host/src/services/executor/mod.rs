@@ -281,18 +281,25 @@ impl Endpoint {
         if let Some((prompt, completion)) = tokens {
             self.stats.tokens(prompt, completion);
         }
+        let (paid, online_usd) = self.batch_answer_cost(request, answer)?;
+        self.stats.cost(paid.usd, paid.estimated);
+        self.budget.spend(paid.usd);
+        if let Some(batch) = &self.batch {
+            batch.saved(online_usd - paid.usd);
+        }
+        Some(paid)
+    }
+
+    /// What a provider batch's answer costs at the Batch API's price, and
+    /// what it would have cost online; counted nowhere.
+    pub fn batch_answer_cost(&self, request: &str, answer: &str) -> Option<(CallCost, f64)> {
         let price = self.spec.price.as_ref()?;
         let online = cost::call_cost(price, request, answer);
         let paid = CallCost {
             usd: online.usd * cost::batch_factor(price),
             ..online
         };
-        self.stats.cost(paid.usd, paid.estimated);
-        self.budget.spend(paid.usd);
-        if let Some(batch) = &self.batch {
-            batch.saved(online.usd - paid.usd);
-        }
-        Some(paid)
+        Some((paid, online.usd))
     }
 
     /// How long a request sent now should take to be answered, once the
@@ -484,8 +491,13 @@ impl Endpoint {
         if self.spec.kind == EndpointKind::Http {
             return None;
         }
-        let value: serde_json::Value = serde_json::from_str(body).ok()?;
-        let usage = value.get("usage")?;
+        // Only `usage` is built; the rest of the answer, its text, is
+        // skipped without being kept.
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            usage: Option<serde_json::Value>,
+        }
+        let usage = serde_json::from_str::<Answer>(body).ok()?.usage?;
         let count = |key: &str| usage.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
         Some((count("prompt_tokens"), count("completion_tokens")))
     }
