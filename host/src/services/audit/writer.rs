@@ -31,9 +31,11 @@ const BATCH: usize = 20_000;
 const LINGER: Duration = Duration::from_millis(250);
 
 /// Queued bytes at which the writer stops sleeping: a fast run commits in
-/// steps of about this much (a few hundred rows with their payloads), which
-/// also bounds the answers a kill can lose.
-pub const WAKE_BYTES: usize = 1 << 20;
+/// steps of about this much (a hundred rows or so with their payloads),
+/// which bounds the answers a kill can lose. At some thousands of rows a
+/// second it keeps peak memory where a 50 ms sleep kept it; a 1 MiB step
+/// held 2-3 MiB more.
+pub const WAKE_BYTES: usize = 256 << 10;
 
 /// The writer hands bytes back to the queue's budget in steps of this many.
 const RELEASE_BYTES: usize = 256 << 10;
