@@ -231,8 +231,8 @@ async fn a_second_sigterm_stops_at_once_and_the_run_still_resumes() {
     );
     let child = spawn_run(&p, &server.base_url(), &["--grace-seconds", "60"]);
     wait_until_served(&server, 4).await;
-    // The rows after the first answers go out, 3 s from their own: the
-    // first signal then has calls on the wire to wait for.
+    // The rows that follow the first answers go out meanwhile; theirs are
+    // 3 s away, so the first signal has calls on the wire to wait for.
     tokio::time::sleep(Duration::from_millis(200)).await;
     send_signal(&child, "TERM");
     tokio::time::sleep(Duration::from_millis(300)).await;
