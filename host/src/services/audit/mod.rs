@@ -164,12 +164,15 @@ impl AuditLog {
     }
 
     /// Marks the start of this process's work on the run, once the run is
-    /// known to be safe to carry on, with the source as it found it.
+    /// known to be safe to carry on, with the source as it found it. It is
+    /// committed at once: a process killed in its first moments has begun,
+    /// and is resumed rather than started again.
     pub fn start_segment(&self, rows_skipped: u64, source: FileStamp) {
         self.record(Record::SegmentStarted {
             rows_skipped,
             source,
         });
+        self.wake_writer();
     }
 
     pub fn new_state_id(&self) -> u64 {
