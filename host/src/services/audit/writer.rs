@@ -26,8 +26,8 @@ const BATCH: usize = 20_000;
 /// endpoint, a few hundred rows a second, a 50 ms sleep spent nearly half the
 /// writer's time committing. It is also how long an answer can wait to be
 /// committed, and a process killed meanwhile pays for it again on resume:
-/// senders wake the writer sooner once `WAKE_BYTES` are queued, and a flush
-/// or the run's end wakes it at once.
+/// senders wake the writer sooner once `WAKE_BYTES` are queued, and a flush,
+/// a segment's start or the run's end wakes it at once.
 const LINGER: Duration = Duration::from_millis(250);
 
 /// Queued bytes at which the writer stops sleeping: a fast run commits in
@@ -173,8 +173,9 @@ fn write_all(
             return Ok(());
         }
         if written < BATCH && budget.queued() < WAKE_BYTES {
-            // Senders unpark this thread at `WAKE_BYTES`, a flush and
-            // `AuditLog::close` at once, so neither waits out the linger.
+            // Senders unpark this thread at `WAKE_BYTES`; a flush, a
+            // segment's start and `AuditLog::close` at once, so none of
+            // them waits out the linger.
             std::thread::park_timeout(LINGER);
         }
     }
