@@ -37,10 +37,20 @@ fn tokens_in(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(4)
 }
 
-/// The usage an OpenAI-shaped (`prompt_tokens`) or Anthropic-shaped
-/// (`input_tokens`) answer reports.
-pub fn usage_of(answer: &Value) -> Option<Usage> {
-    let usage = answer.get("usage")?;
+/// The usage an answer reports, read without building the rest of it (the
+/// answer's text is skipped, not kept).
+pub fn usage_in(answer: &str) -> Option<Usage> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        usage: Option<Value>,
+    }
+    usage_of(&serde_json::from_str::<Answer>(answer).ok()?.usage?)
+}
+
+/// What an OpenAI-shaped (`prompt_tokens`) or Anthropic-shaped
+/// (`input_tokens`) `usage` object counts; nothing for one that counts
+/// neither.
+fn usage_of(usage: &Value) -> Option<Usage> {
     let count = |key: &str| usage.get(key).and_then(Value::as_u64);
     // Anthropic's own counts first: they tell cache reads apart.
     if let Some(input) = count("input_tokens") {
@@ -93,25 +103,40 @@ pub fn cost_of(price: &PriceSpec, model: Option<&str>, usage: Usage) -> f64 {
 
 /// The cost of a call from its request and successful answer.
 pub fn call_cost(price: &PriceSpec, request: &str, answer: &str) -> CallCost {
+    call_cost_of(price, request, answer, usage_in(answer))
+}
+
+/// The cost of a call whose answer's `usage` was read already: the texts
+/// are parsed again only to estimate what a usage-less answer cost.
+pub fn call_cost_of(
+    price: &PriceSpec,
+    request: &str,
+    answer: &str,
+    usage: Option<Usage>,
+) -> CallCost {
+    if let Some(usage) = usage {
+        #[derive(serde::Deserialize)]
+        struct Request {
+            model: Option<String>,
+        }
+        let model = serde_json::from_str::<Request>(request)
+            .ok()
+            .and_then(|r| r.model);
+        return CallCost {
+            usd: cost_of(price, model.as_deref(), usage),
+            estimated: false,
+        };
+    }
     let request: Value = serde_json::from_str(request).unwrap_or(Value::Null);
     let answer: Value = serde_json::from_str(answer).unwrap_or(Value::Null);
-    let model = request.get("model").and_then(Value::as_str);
-    match usage_of(&answer) {
-        Some(usage) => CallCost {
-            usd: cost_of(price, model, usage),
-            estimated: false,
-        },
-        None => {
-            let usage = Usage {
-                prompt: tokens_in(&prompt_text(&request)),
-                completion: tokens_in(&answer_text(&answer)),
-                cached_prompt: 0,
-            };
-            CallCost {
-                usd: cost_of(price, model, usage),
-                estimated: true,
-            }
-        }
+    let usage = Usage {
+        prompt: tokens_in(&prompt_text(&request)),
+        completion: tokens_in(&answer_text(&answer)),
+        cached_prompt: 0,
+    };
+    CallCost {
+        usd: cost_of(price, request.get("model").and_then(Value::as_str), usage),
+        estimated: true,
     }
 }
 
@@ -225,6 +250,29 @@ mod tests {
         let cost = call_cost(&price(), "{}", answer);
         let expected = (100.0 * 0.15 + 50.0 * 0.075 + 10.0 * 0.60) / 1e6;
         assert!((cost.usd - expected).abs() < 1e-15);
+    }
+
+    #[test]
+    fn usage_is_read_from_the_answer_alone_and_is_none_where_it_counts_nothing() {
+        let answer = r#"{"choices":[{"message":{"content":"x"}}],
+            "usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+        let usage = Usage {
+            prompt: 3,
+            completion: 1,
+            cached_prompt: 0,
+        };
+        assert_eq!(usage_in(answer), Some(usage));
+        assert_eq!(usage_in(r#"{"usage":{"completion_tokens":1}}"#), None);
+        assert_eq!(usage_in(r#"{"usage":null}"#), None);
+        assert_eq!(usage_in("not json"), None);
+        let request = r#"{"model":"big","messages":[]}"#;
+        assert_eq!(
+            call_cost_of(&price(), request, answer, Some(usage)),
+            call_cost(&price(), request, answer)
+        );
+        assert!(
+            (call_cost(&price(), request, answer).usd - (3.0 * 2.5 + 10.0) / 1e6).abs() < 1e-15
+        );
     }
 
     #[test]

@@ -72,8 +72,7 @@ impl LineResult {
         let LineOutcome::Answer { body, .. } = &self.outcome else {
             return None;
         };
-        let answer: Value = serde_json::from_str(body).ok()?;
-        cost::usage_of(&answer).map(|u| (u.prompt, u.completion))
+        cost::usage_in(body).map(|u| (u.prompt, u.completion))
     }
 }
 

@@ -485,22 +485,6 @@ impl Endpoint {
             secrets: &self.secrets,
         }
     }
-
-    /// Token counts from an OpenAI-style `usage` object.
-    fn usage(&self, body: &str) -> Option<(u64, u64)> {
-        if self.spec.kind == EndpointKind::Http {
-            return None;
-        }
-        // Only `usage` is built; the rest of the answer, its text, is
-        // skipped without being kept.
-        #[derive(serde::Deserialize)]
-        struct Answer {
-            usage: Option<serde_json::Value>,
-        }
-        let usage = serde_json::from_str::<Answer>(body).ok()?.usage?;
-        let count = |key: &str| usage.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
-        Some((count("prompt_tokens"), count("completion_tokens")))
-    }
 }
 
 /// An endpoint's HTTP client: its pool of connections, with the endpoint's

@@ -8,6 +8,7 @@ use super::controller::Signal;
 use super::dispatch::{Answer, AttemptFailure, FailureKind, Timeouts, not_json};
 use super::retry::{self, RetryCause, RetryPolicy, Verdict};
 use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
+use crate::config::EndpointKind;
 use crate::services::audit::now_ms;
 use crate::services::budget::Hold;
 use std::time::Duration;
@@ -283,10 +284,15 @@ impl Endpoint {
             (Ok(answer), Verdict::Success) => Some(answer),
             _ => None,
         };
-        let tokens = answer.and_then(|a| self.usage(&a.body));
+        let counted = self.spec.kind != EndpointKind::Http;
+        // One read of the answer's `usage` serves its tokens and its cost.
+        let usage = answer
+            .filter(|_| counted || self.spec.price.is_some())
+            .and_then(|a| cost::usage_in(&a.body));
+        let tokens = usage.filter(|_| counted).map(|u| (u.prompt, u.completion));
         let cost = answer
             .zip(self.spec.price.as_ref())
-            .map(|(a, price)| cost::call_cost(price, body, &a.body));
+            .map(|(a, price)| cost::call_cost_of(price, body, &a.body, usage));
         if let Some(hold) = hold {
             self.budget.settle(hold, cost.map_or(0.0, |c| c.usd));
         }
