@@ -180,26 +180,6 @@ impl ResourceLimiter for MemoryLimit {
     }
 }
 
-/// Advances `engine`'s epoch every tick for as long as the engine lives.
-pub fn start_ticker(engine: &wasmtime::Engine) {
-    let weak = engine.weak();
-    let spawned = std::thread::Builder::new()
-        .name("weir-epoch".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(TICK);
-                match weak.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => break,
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        // Without ticks no deadline fires: guests run unlimited in CPU.
-        tracing::error!("cannot start the epoch ticker, guest CPU limits are off: {e}");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

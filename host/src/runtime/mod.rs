@@ -16,6 +16,7 @@ mod pool;
 mod refused;
 mod state;
 mod stderr;
+mod ticker;
 mod wasi;
 
 pub use error::{LoadError, Trap, WasmError};
@@ -38,6 +39,7 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<GuestState>,
     cache: cache::ComponentCache,
+    ticker: ticker::EpochTicker,
 }
 
 /// A compiled component and the hash of the bytes it came from.
@@ -53,7 +55,7 @@ impl Runtime {
         config.wasm_component_model(true);
         config.epoch_interruption(true);
         let engine = Engine::new(&config).map_err(engine_error)?;
-        limits::start_ticker(&engine);
+        let ticker = ticker::EpochTicker::start(&engine);
         let mut linker = Linker::new(&engine);
         // Every supported contract is linked: each component picks its own.
         bindings::v0_1::Node::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
@@ -69,6 +71,7 @@ impl Runtime {
             engine,
             linker,
             cache,
+            ticker,
         })
     }
 
@@ -95,5 +98,9 @@ impl Runtime {
 
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    pub(crate) fn ticker(&self) -> &ticker::EpochTicker {
+        &self.ticker
     }
 }

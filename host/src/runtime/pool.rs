@@ -11,6 +11,7 @@ use super::limits::{LimitHit, NodeMemory};
 use super::parking::SuspendBudget;
 use super::refused::RefusedOptions;
 use super::state::{GuestState, NodeServices, RowScope};
+use super::ticker::EpochTicker;
 use super::{LoadedComponent, Runtime};
 use crate::config::GuestLimits;
 use crate::services::batch::Parked;
@@ -28,6 +29,7 @@ pub struct GuestInstance {
     /// The thread it last ran on (0: the main thread, n: the nth guest
     /// thread): its memory is warm in that core's cache.
     thread: usize,
+    ticker: EpochTicker,
     /// Declared last, so dropped last: the instance's memory is back in the
     /// node's budget before waiting rows are told.
     _counted: Counted,
@@ -197,7 +199,7 @@ impl GuestInstance {
         let fresh = std::mem::take(&mut self.fresh);
         let (result, spent) = {
             let call = std::pin::pin!(self.exports.process(&mut self.store, rows));
-            Timed::new(call, fresh).await
+            Timed::new(self.ticker.running(call), fresh).await
         };
         if let Some(spent) = spent {
             self.store.data().suspend.first_call_took(spent);
@@ -256,6 +258,7 @@ pub struct NodeRuntime {
     pre: Pre,
     contract: Contract,
     engine: wasmtime::Engine,
+    ticker: EpochTicker,
     services: Arc<NodeServices>,
     limits: GuestLimits,
     /// The linear memory all the node's instances hold, within
@@ -294,6 +297,7 @@ impl NodeRuntime {
             pre,
             contract,
             engine: runtime.engine().clone(),
+            ticker: runtime.ticker().clone(),
             services,
             limits,
             memory: Arc::new(NodeMemory::new(limits.node_memory_bytes)),
@@ -338,7 +342,7 @@ impl NodeRuntime {
         Option<std::time::Duration>,
     ) {
         let starting = std::pin::pin!(self.start_instance());
-        let (started, spent) = Timed::new(starting, true).await;
+        let (started, spent) = Timed::new(self.ticker.running(starting), true).await;
         // Only what a start that succeeds costs: one stopped early by the
         // node's memory budget would make starting look cheap, and parking
         // a row look cheap with it.
@@ -391,6 +395,7 @@ impl NodeRuntime {
             exports,
             fresh: true,
             thread: 0,
+            ticker: self.ticker.clone(),
             _counted: Counted::new(&self.census),
         };
         Ok((instance, info))
