@@ -137,6 +137,8 @@ struct Inner {
     budget: Arc<Budget>,
     price: Option<PriceSpec>,
     queue: Mutex<Queue>,
+    /// Told when requests join an empty queue: gathering sleeps until then.
+    added: tokio::sync::Notify,
     /// The rows waiting on this endpoint's batches, woken to look again
     /// whenever answers arrive and once the run stops.
     wakers: Mutex<Vec<Waker>>,
@@ -187,6 +189,7 @@ impl BatchQueue {
             budget,
             price: spec.price.clone(),
             queue: Mutex::new(Queue::default()),
+            added: tokio::sync::Notify::new(),
             wakers: Mutex::new(Vec::new()),
             counts: Counts::default(),
             tasks: Mutex::new(Vec::new()),
@@ -250,6 +253,7 @@ impl BatchQueue {
                     .insert(request.custom_id.clone(), Entry::Waiting);
                 queue.waiting.push(request);
                 queue.last_added = Some(Instant::now());
+                inner.added.notify_one();
                 return Lookup::Wait;
             }
         };
@@ -379,8 +383,13 @@ impl Inner {
     /// rows, and a resume sends it.
     async fn gather(self: Arc<Self>) {
         loop {
+            // A run waits hours on its batches with nothing to gather: it
+            // sleeps until a request comes instead of looking five times a
+            // second. A request added after this look leaves a permit.
+            let empty = self.queue().waiting.is_empty();
             tokio::select! {
-                _ = tokio::time::sleep(GATHER / 5) => {}
+                _ = self.added.notified(), if empty => {}
+                _ = tokio::time::sleep(GATHER / 5), if !empty => {}
                 _ = self.stop.draining() => return,
             }
             let batch = {
@@ -712,6 +721,7 @@ impl Inner {
             let mut queue = self.queue();
             queue.waiting.extend(again);
             queue.last_added = Some(Instant::now());
+            self.added.notify_one();
         }
         self.wake_all();
         Ok(())
