@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use wasmtime::ResourceLimiter;
 
-/// How often the engine's epoch advances: the resolution of the CPU limit,
-/// and how often a long guest call lets other rows' tasks run.
+/// How often the engine's epoch advances while guest code runs: the
+/// resolution of the CPU limit, and how often a long guest call lets other
+/// rows' tasks run.
 pub const TICK: Duration = Duration::from_millis(10);
 
 /// The limit that stopped a call.

@@ -137,7 +137,8 @@ struct Inner {
     budget: Arc<Budget>,
     price: Option<PriceSpec>,
     queue: Mutex<Queue>,
-    /// Told when requests join an empty queue: gathering sleeps until then.
+    /// Told whenever requests join the queue; gathering waits on it while
+    /// the queue is empty.
     added: tokio::sync::Notify,
     /// The rows waiting on this endpoint's batches, woken to look again
     /// whenever answers arrive and once the run stops.
