@@ -90,6 +90,30 @@ fn assert_nothing_submitted_twice(server: &TestLlmServer) {
     }
 }
 
+/// A run's stderr closed under it (a pipe whose reader quit, as with `| head`)
+/// costs it its log lines only: the batch it follows, which logs its status
+/// there, still ends, and so does the run, with its summary lost.
+#[tokio::test]
+async fn a_run_whose_stderr_is_closed_still_follows_its_batch_to_the_end() {
+    let (_server, ws) = batch_workspace(Script::default(), Provider::OpenAi, 20, "").await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", ws.path("p.yaml").to_str().unwrap(), "--no-progress"])
+        .env("OPENAI_API_KEY", KEY)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reading end goes: every write to stderr fails from now on.
+    drop(child.stderr.take());
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the run never ended: a failed write to stderr stopped it")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_rows_answered(&ws, 20);
+    assert_eq!(run_status(&ws), "completed");
+}
+
 async fn a_run_in_batch_mode_answers_every_row_through_one_batch(provider: Provider) {
     let (server, ws) = batch_workspace(Script::default(), provider, 40, "").await;
     let out = run(&ws, &[]).await;

@@ -151,6 +151,35 @@ async fn finish(child: tokio::process::Child) -> std::process::Output {
         .unwrap()
 }
 
+/// A signal is obeyed even when stderr, where weir says so, is closed.
+#[tokio::test]
+async fn sigterm_stops_a_run_whose_stderr_is_closed() {
+    let server = TestLlmServer::start(Script {
+        reply: Reply::Echo,
+        latency: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(300));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
+    );
+    let mut child = spawn_run(&p, &server.base_url(), &[]);
+    drop(child.stderr.take());
+    wait_until_served(&server, 8).await;
+    send_signal(&child, "TERM");
+    let out = finish(child).await;
+    assert_eq!(out.status.code(), Some(143));
+    assert_eq!(run_status(&ws), "interrupted");
+    assert!(
+        server.served().len() < 300,
+        "the run went on after the signal"
+    );
+}
+
 #[tokio::test]
 async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary() {
     let server = TestLlmServer::start(Script {

@@ -1,5 +1,15 @@
 //! The `weir` command line.
 
+/// `eprint!` that never panics. A run whose stderr is closed (a pipe whose
+/// reader quit) must still stop on a signal and upload its outputs; what it
+/// would have said is lost, the work is not.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod objects;
 mod signals;
 mod story;
@@ -403,7 +413,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
             // A scheduler runs a shard's command again after a failure: a
             // shard that never began has nothing to resume, so it starts.
             if resume.is_some() && pipeline.shard.is_some() && !began(&pipeline)? {
-                eprintln!("weir: this shard has not begun yet; starting it");
+                say!("weir: this shard has not begun yet; starting it\n");
                 resume = None;
             }
             run(pipeline, resume, !no_audit, no_progress, stopping).await
@@ -611,12 +621,12 @@ async fn run(
             // The audit database tells why the run failed; the run's own
             // error is the one to report.
             if let Err(upload) = outputs.publish(false).await {
-                eprintln!("weir: {upload:#}");
+                say!("weir: {upload:#}\n");
             }
             return Err(error.into());
         }
     };
-    eprint!("{}", report.summary());
+    say!("{}", report.summary());
     outputs.publish(report.stopped.is_none()).await?;
     Ok(match &report.stopped {
         Some(reason) => ExitCode::from(reason.exit_code()),
@@ -713,7 +723,7 @@ fn compiled_components(clear: bool) -> Result<ExitCode> {
 }
 
 fn fail(error: anyhow::Error) -> ExitCode {
-    eprintln!("error: {error:#}");
+    say!("error: {error:#}\n");
     ExitCode::FAILURE
 }
 
@@ -728,6 +738,11 @@ fn init_logging() {
         .with_writer(std::io::stderr)
         .with_ansi(colour_on_stderr())
         .with_target(false)
+        // On a closed stderr (a pipe whose reader quit) the default is to
+        // report the failed write with `eprintln!`, which panics there and
+        // takes the task that logged with it: a batch's follower would die
+        // and leave its rows waiting forever.
+        .log_internal_errors(false)
         .init();
 }
 

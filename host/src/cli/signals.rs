@@ -18,9 +18,9 @@ pub fn watch(stop: Arc<RunStop>, grace: Duration) -> Result<()> {
             _ = interrupt.recv() => StopReason::Signal { name: "SIGINT", exit_code: 130 },
             _ = terminate.recv() => StopReason::Signal { name: "SIGTERM", exit_code: 143 },
         };
-        eprintln!(
+        say!(
             "\nweir: {}: no new rows are started; calls in flight have {} s to finish (a second \
-             signal stops at once)",
+             signal stops at once)\n",
             signal_name(&reason),
             grace.as_secs_f64()
         );
@@ -36,7 +36,7 @@ pub fn watch(stop: Arc<RunStop>, grace: Duration) -> Result<()> {
             _ = interrupt.recv() => 130,
             _ = terminate.recv() => 143,
         };
-        eprintln!("\nweir: stopped at once; `weir run PIPELINE --resume` carries the run on");
+        say!("\nweir: stopped at once; `weir run PIPELINE --resume` carries the run on\n");
         std::process::exit(second);
     });
     Ok(())
