@@ -151,9 +151,9 @@ async fn finish(child: tokio::process::Child) -> std::process::Output {
         .unwrap()
 }
 
-/// A signal is obeyed even when stderr, where weir says so, is closed.
-#[tokio::test]
-async fn sigterm_stops_a_run_whose_stderr_is_closed() {
+/// A test LLM server (a test tool) echoing after 300 ms, and a workspace
+/// whose pipeline sends it 300 rows, 4 at a time: a run long enough to stop.
+async fn slow_echo_run() -> (TestLlmServer, Workspace, std::path::PathBuf) {
     let server = TestLlmServer::start(Script {
         reply: Reply::Echo,
         latency: Duration::from_millis(300),
@@ -167,6 +167,13 @@ async fn sigterm_stops_a_run_whose_stderr_is_closed() {
         "p.yaml",
         &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
     );
+    (server, ws, p)
+}
+
+/// A signal is obeyed even when stderr, where weir says so, is closed.
+#[tokio::test]
+async fn sigterm_stops_a_run_whose_stderr_is_closed() {
+    let (server, ws, p) = slow_echo_run().await;
     let mut child = spawn_run(&p, &server.base_url(), &[]);
     drop(child.stderr.take());
     wait_until_served(&server, 8).await;
@@ -182,19 +189,7 @@ async fn sigterm_stops_a_run_whose_stderr_is_closed() {
 
 #[tokio::test]
 async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary() {
-    let server = TestLlmServer::start(Script {
-        reply: Reply::Echo,
-        latency: Duration::from_millis(300),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(300));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
-    );
+    let (server, ws, p) = slow_echo_run().await;
     let child = spawn_run(&p, &server.base_url(), &[]);
     wait_until_served(&server, 20).await;
     send_signal(&child, "INT");
