@@ -101,6 +101,7 @@ async fn a_run_whose_stderr_is_closed_still_follows_its_batch_to_the_end() {
         .env("OPENAI_API_KEY", KEY)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
         .spawn()
         .unwrap();
     // The reading end goes: every write to stderr fails from now on.
