@@ -137,8 +137,7 @@ struct Inner {
     budget: Arc<Budget>,
     price: Option<PriceSpec>,
     queue: Mutex<Queue>,
-    /// Told whenever requests join the queue; gathering waits on it while
-    /// the queue is empty.
+    /// Told by `enqueue`; gathering waits on it while the queue is empty.
     added: tokio::sync::Notify,
     /// The rows waiting on this endpoint's batches, woken to look again
     /// whenever answers arrive and once the run stops.
@@ -252,9 +251,7 @@ impl BatchQueue {
                 queue
                     .entries
                     .insert(request.custom_id.clone(), Entry::Waiting);
-                queue.waiting.push(request);
-                queue.last_added = Some(Instant::now());
-                inner.added.notify_one();
+                inner.enqueue(&mut queue, [request]);
                 return Lookup::Wait;
             }
         };
@@ -362,6 +359,13 @@ impl Inner {
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `requests` in line for the next batch, and tells gathering.
+    fn enqueue(&self, queue: &mut Queue, requests: impl IntoIterator<Item = Request>) {
+        queue.waiting.extend(requests);
+        queue.last_added = Some(Instant::now());
+        self.added.notify_one();
     }
 
     fn wake_later(&self, waker: &Waker) {
@@ -719,10 +723,7 @@ impl Inner {
         // Read outside the queue's lock, and queued before any row looks.
         let again = self.store.requests(&again)?;
         if !again.is_empty() {
-            let mut queue = self.queue();
-            queue.waiting.extend(again);
-            queue.last_added = Some(Instant::now());
-            self.added.notify_one();
+            self.enqueue(&mut self.queue(), again);
         }
         self.wake_all();
         Ok(())
