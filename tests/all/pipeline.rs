@@ -352,6 +352,39 @@ async fn the_api_key_reaches_the_endpoint_and_nowhere_else() {
 }
 
 #[tokio::test]
+async fn query_commands_piped_into_a_reader_that_quit_end_quietly() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(3));
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_yaml("in.csv", "out.csv", 2, ECHO_OPTIONS),
+    );
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let audit = ws.path("weir-audit.sqlite");
+    let audit = audit.to_str().unwrap();
+    let p = pipeline.to_str().unwrap();
+    // As `weir runs | head -0`: the reading end is closed before weir
+    // writes, so every write fails with a broken pipe.
+    for args in [
+        vec!["runs", "--audit", audit],
+        vec!["explain", "1", "0", "--full", "--audit", audit],
+        vec!["validate", p],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(&args)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(out.stderr.is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[tokio::test]
 async fn a_missing_key_stops_at_once_and_writes_nothing() {
     let ws = Workspace::new();
     ws.write("in.csv", &numbered_rows(3));

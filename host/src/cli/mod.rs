@@ -10,6 +10,17 @@ macro_rules! say {
     }};
 }
 
+/// `println!` for a command's output, which may be piped into `head`: once
+/// the reader has quit, the rest is dropped rather than panicking, so what
+/// the command does after printing (publishing a merge, an audit) still
+/// happens.
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod objects;
 mod signals;
 mod story;
@@ -443,16 +454,16 @@ async fn execute(command: Command) -> Result<ExitCode> {
             command: GuestCommand::New { lang, path },
         } => {
             let dir = crate::authoring::new_guest(lang, &path)?;
-            println!("made a {} guest in {}", lang.name(), dir.display());
-            println!(
+            tell!("made a {} guest in {}", lang.name(), dir.display());
+            tell!(
                 "next: read {}/README.md, or install, test and build it:",
                 dir.display()
             );
-            println!("  cd {}", dir.display());
+            tell!("  cd {}", dir.display());
             if let Some(setup) = lang.setup_and_native_tests() {
-                println!("  {setup}");
+                tell!("  {setup}");
             }
-            println!("  weir guest build . && weir test .");
+            tell!("  weir guest build . && weir test .");
             Ok(ExitCode::SUCCESS)
         }
         Command::Guest {
@@ -489,9 +500,9 @@ async fn execute(command: Command) -> Result<ExitCode> {
                 Some(path) => {
                     std::fs::write(&path, text)
                         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-                    eprintln!("wrote {}", path.display());
+                    say!("wrote {}\n", path.display());
                 }
-                None => print!("{text}"),
+                None => show(&text),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -500,23 +511,23 @@ async fn execute(command: Command) -> Result<ExitCode> {
             // The source's header is checked, so an object is fetched.
             storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             let nodes = engine::validate(&pipeline).await?;
-            println!("{}: ok", path.display());
+            tell!("{}: ok", path.display());
             for name in unset {
-                println!("  note    {name} is not set; `weir run` will need it");
+                tell!("  note    {name} is not set; `weir run` will need it");
             }
             let shown = |path| pipeline.staging.shown(path);
-            println!("  source  {}", shown(&pipeline.source.path));
+            tell!("  source  {}", shown(&pipeline.source.path));
             for (name, fields) in nodes {
-                println!("  node    {name} adds {}", fields.join(", "));
+                tell!("  node    {name} adds {}", fields.join(", "));
             }
             for sink in &pipeline.sinks {
-                println!("  sink    {}", shown(&sink.path));
+                tell!("  sink    {}", shown(&sink.path));
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Runs { database } => {
             let history = History::open(&database.fetched().await?)?;
-            print!("{}", story::runs(&history.runs()?));
+            show(&story::runs(&history.runs()?));
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain {
@@ -526,7 +537,7 @@ async fn execute(command: Command) -> Result<ExitCode> {
             database,
         } => {
             let history = History::open(&database.fetched().await?)?;
-            print!("{}", story::row(&history.row(run, row)?, full));
+            show(&story::row(&history.row(run, row)?, full));
             Ok(ExitCode::SUCCESS)
         }
         Command::Cache { command } => cache(command),
@@ -535,14 +546,14 @@ async fn execute(command: Command) -> Result<ExitCode> {
             objects::fetch_parts(&pipeline, shards).await?;
             let merged = engine::merge(&pipeline, shards)?;
             let staging = &pipeline.staging;
-            println!(
+            tell!(
                 "merged {shards} shards: {} rows, run {} in {}",
                 merged.rows,
                 merged.run_id,
                 staging.shown(&merged.audit)
             );
             for sink in &merged.sinks {
-                println!("  output   {}", staging.shown(sink));
+                tell!("  output   {}", staging.shown(sink));
             }
             for path in &merged.sinks {
                 storage::publish(staging, path).await?;
@@ -559,22 +570,22 @@ async fn execute(command: Command) -> Result<ExitCode> {
             };
             let batches = history.open_batches(run)?;
             if batches.is_empty() {
-                println!("run {run} has no provider batch to cancel");
+                tell!("run {run} has no provider batch to cancel");
                 return Ok(ExitCode::SUCCESS);
             }
             let pipeline = config::load(&pipeline_path)?;
             engine::cancel_batches(&pipeline, &audit_path, run, &batches).await?;
             for (endpoint, id) in &batches {
-                println!("cancelled batch {id} of endpoint `{endpoint}`");
+                tell!("cancelled batch {id} of endpoint `{endpoint}`");
             }
-            println!("`weir resume {run}` sends their unanswered requests again");
+            tell!("`weir resume {run}` sends their unanswered requests again");
             Ok(ExitCode::SUCCESS)
         }
         Command::Purge { run, database } => {
             let path = database.fetched().await?;
             let deleted = History::purge(&path, run)?;
             let staging = database.staging();
-            println!(
+            tell!(
                 "run {run}: {deleted} payloads deleted from {}; hashes kept",
                 staging.shown(&path)
             );
@@ -646,7 +657,7 @@ async fn test(files: &[PathBuf], component: Option<&std::path::Path>) -> Result<
         total.failed += tally.failed;
     }
     if files.len() > 1 {
-        println!("in all: {} passed, {} failed", total.passed, total.failed);
+        tell!("in all: {} passed, {} failed", total.passed, total.failed);
     }
     Ok(if total.failed == 0 {
         ExitCode::SUCCESS
@@ -664,16 +675,16 @@ fn cache(command: CacheCommand) -> Result<ExitCode> {
     };
     for path in files {
         if !path.exists() {
-            println!("{}: no cache yet", path.display());
+            tell!("{}: no cache yet", path.display());
             continue;
         }
         let cache = ResponseCache::open(&path)?;
         if clear {
-            println!("{}: {} answers deleted", path.display(), cache.clear()?);
+            tell!("{}: {} answers deleted", path.display(), cache.clear()?);
             continue;
         }
         let stats = cache.stats()?;
-        println!(
+        tell!(
             "{}: {} answers ({} of requests with temperature above 0), {:.1} MB, ${:.4} when first paid for",
             path.display(),
             stats.entries,
@@ -682,7 +693,7 @@ fn cache(command: CacheCommand) -> Result<ExitCode> {
             stats.cost_usd
         );
         for (endpoint, count) in stats.by_endpoint {
-            println!("  {count:>8}  {endpoint}");
+            tell!("  {count:>8}  {endpoint}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -691,18 +702,18 @@ fn cache(command: CacheCommand) -> Result<ExitCode> {
 fn compiled_components(clear: bool) -> Result<ExitCode> {
     use crate::runtime::cache_dir;
     let Some(dir) = cache_dir::location() else {
-        println!("no compiled components are kept (WEIR_CACHE_DIR=off)");
+        tell!("no compiled components are kept (WEIR_CACHE_DIR=off)");
         return Ok(ExitCode::SUCCESS);
     };
     if !dir.exists() {
-        println!("{}: no compiled components yet", dir.display());
+        tell!("{}: no compiled components yet", dir.display());
         return Ok(ExitCode::SUCCESS);
     }
     let mb = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     if clear {
         let (files, bytes) = cache_dir::clear(&dir)
             .map_err(|e| anyhow::anyhow!("cannot empty {}: {e}", dir.display()))?;
-        println!(
+        tell!(
             "{}: {files} compiled components deleted, {:.1} MiB",
             dir.display(),
             mb(bytes)
@@ -712,7 +723,7 @@ fn compiled_components(clear: bool) -> Result<ExitCode> {
     let entries = cache_dir::entries(&dir)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", dir.display()))?;
     let total: u64 = entries.iter().map(|e| e.bytes).sum();
-    println!(
+    tell!(
         "{}: {} compiled components, {:.1} MiB of a {:.0} MiB cap",
         dir.display(),
         entries.len(),
@@ -720,6 +731,12 @@ fn compiled_components(clear: bool) -> Result<ExitCode> {
         mb(cache_dir::max_bytes())
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a command's text output as `tell!` does, without adding a line end.
+fn show(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().write_all(text.as_bytes());
 }
 
 fn fail(error: anyhow::Error) -> ExitCode {
