@@ -10,7 +10,9 @@
 //! follows the endpoint as its answers get longer or shorter. The quantile
 //! is worked out again every `REFRESH` answers, not on every one.
 
+use std::sync::Mutex;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// The quantile of successful attempts' latencies the timeout is a multiple of.
 const QUANTILE: f64 = 0.99;
@@ -52,10 +54,11 @@ impl AttemptTimeout {
         }
     }
 
-    /// A successful attempt took `latency`.
-    pub fn answered(&mut self, latency: Duration) {
+    /// A successful attempt took `latency`. True when the learned timeout
+    /// changed with it.
+    pub fn answered(&mut self, latency: Duration) -> bool {
         if self.shape.is_none() {
-            return;
+            return false;
         }
         self.counts[bucket(latency)] += 1;
         self.total += 1;
@@ -66,12 +69,14 @@ impl AttemptTimeout {
             self.total = self.counts.iter().sum();
         }
         self.since_refresh += 1;
-        if self.since_refresh >= REFRESH && self.total >= MIN_ANSWERS {
-            self.since_refresh = 0;
-            self.learned = self
-                .shape
-                .map(|s| self.quantile().mul_f64(s.factor).max(s.floor));
+        if self.since_refresh < REFRESH || self.total < MIN_ANSWERS {
+            return false;
         }
+        self.since_refresh = 0;
+        let learned = self
+            .shape
+            .map(|s| self.quantile().mul_f64(s.factor).max(s.floor));
+        std::mem::replace(&mut self.learned, learned) != learned
     }
 
     /// How long the `tries`-th attempt (1 for the first) given up for hung
@@ -94,6 +99,56 @@ impl AttemptTimeout {
             }
         }
         upper_edge(BUCKETS - 1)
+    }
+}
+
+/// An endpoint's attempt timeout, shared by its requests. Attempts sent
+/// before one was learned wait on `changed` for it, rather than looking
+/// again and again for the minutes a slow endpoint takes to answer.
+pub struct SharedAttemptTimeout {
+    timeout: Mutex<AttemptTimeout>,
+    changed: Notify,
+}
+
+impl SharedAttemptTimeout {
+    pub fn new(shape: Option<Shape>) -> Self {
+        Self {
+            timeout: Mutex::new(AttemptTimeout::new(shape)),
+            changed: Notify::new(),
+        }
+    }
+
+    /// As [`AttemptTimeout::limit`].
+    pub fn limit(&self, total: Duration, hung_before: u32) -> Option<Duration> {
+        self.lock().limit(total, hung_before)
+    }
+
+    /// As [`AttemptTimeout::answered`], telling the attempts that wait for a
+    /// learned timeout when it changed.
+    pub fn answered(&self, latency: Duration) {
+        if self.lock().answered(latency) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Returns, with it, once a limit under `total` has been learned; never,
+    /// if none is.
+    pub async fn learned(&self, total: Duration, hung_before: u32) -> Duration {
+        loop {
+            // Registered before the look, so a change between the look and
+            // the wait is not missed.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(limit) = self.limit(total, hung_before) {
+                return limit;
+            }
+            changed.await;
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AttemptTimeout> {
+        self.timeout.lock().expect("attempt timeout lock")
     }
 }
 
@@ -188,6 +243,38 @@ mod tests {
         }
         let limit = timeout.limit(TOTAL, 0).unwrap().as_secs_f64();
         assert!((30.0..=36.0).contains(&limit), "{limit}");
+    }
+
+    #[tokio::test]
+    async fn an_attempt_waiting_for_a_learned_timeout_is_told_when_one_is_learned() {
+        let shared = std::sync::Arc::new(SharedAttemptTimeout::new(Some(SHAPE)));
+        let waiting = tokio::spawn({
+            let shared = std::sync::Arc::clone(&shared);
+            async move { shared.learned(TOTAL, 1).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "nothing is learned yet");
+        for _ in 0..200 {
+            shared.answered(Duration::from_millis(100));
+        }
+        let limit = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiting attempt was not told")
+            .unwrap();
+        assert_eq!(
+            limit,
+            Duration::from_secs(10),
+            "the 5 s floor, doubled once"
+        );
+    }
+
+    #[test]
+    fn only_a_refresh_that_moves_the_timeout_counts_as_a_change() {
+        let mut timeout = AttemptTimeout::new(Some(SHAPE));
+        let changes = (0..400)
+            .filter(|_| timeout.answered(Duration::from_millis(100)))
+            .count();
+        assert_eq!(changes, 1, "learned once, then the same on every refresh");
     }
 
     #[test]

@@ -201,7 +201,7 @@ pub struct Endpoint {
     batch: Option<Arc<BatchQueue>>,
     /// Whether the endpoint has accepted a `json_schema` request yet.
     schema: schema::SchemaSupport,
-    attempt_timeout: std::sync::Mutex<attempt_timeout::AttemptTimeout>,
+    attempt_timeout: attempt_timeout::SharedAttemptTimeout,
     /// The limit learned by earlier runs, and this run's kept for later ones.
     carry: learned::Carry,
 }
@@ -258,13 +258,13 @@ impl Endpoint {
             secrets: Secrets::of(spec),
             batch,
             schema: schema::SchemaSupport::new(spec.kind),
-            attempt_timeout: std::sync::Mutex::new(attempt_timeout::AttemptTimeout::new(
+            attempt_timeout: attempt_timeout::SharedAttemptTimeout::new(
                 spec.adaptive_attempt_timeout
                     .then(|| attempt_timeout::Shape {
                         factor: spec.attempt_timeout_factor,
                         floor: Duration::from_secs_f64(spec.min_attempt_timeout_seconds),
                     }),
-            )),
+            ),
             carry: learned::Carry::default(),
         })
     }

@@ -14,10 +14,6 @@ use crate::services::budget::Hold;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How often an attempt sent before the endpoint's answers taught an
-/// attempt timeout looks whether one has been learned since.
-const LEARNED_LIMIT_CHECK: Duration = Duration::from_secs(1);
-
 const ROW_DEADLINE_PASSED: &str = "the row's deadline (row_deadline_seconds) passed";
 
 /// One attempt, as it went.
@@ -129,18 +125,9 @@ impl Endpoint {
         configured: Duration,
         hung_before: u32,
     ) -> Duration {
-        loop {
-            tokio::time::sleep(LEARNED_LIMIT_CHECK).await;
-            let learned = self
-                .attempt_timeout
-                .lock()
-                .expect("attempt timeout lock")
-                .limit(configured, hung_before);
-            if let Some(limit) = learned.filter(|l| *l < configured) {
-                tokio::time::sleep_until(started + limit).await;
-                return limit;
-            }
-        }
+        let limit = self.attempt_timeout.learned(configured, hung_before).await;
+        tokio::time::sleep_until(started + limit).await;
+        limit
     }
 
     async fn try_once(&self, body: &str, row_deadline: Option<Instant>, hung_before: u32) -> Tried {
@@ -153,11 +140,7 @@ impl Endpoint {
                 .min(d.saturating_duration_since(started)),
             None => self.request_timeout(),
         };
-        let learned = self
-            .attempt_timeout
-            .lock()
-            .expect("attempt timeout lock")
-            .limit(configured, hung_before);
+        let learned = self.attempt_timeout.limit(configured, hung_before);
         let total = learned.unwrap_or(configured);
         let first_byte = self
             .spec
@@ -202,11 +185,7 @@ impl Endpoint {
             },
         };
         match verdict {
-            Verdict::Success => self
-                .attempt_timeout
-                .lock()
-                .expect("attempt timeout lock")
-                .answered(latency),
+            Verdict::Success => self.attempt_timeout.answered(latency),
             Verdict::Timeout if learned.is_some() => verdict = Verdict::Hung,
             _ => {}
         }
