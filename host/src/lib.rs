@@ -32,6 +32,16 @@
 //! where and its causes still say why. Only [`cli`] turns them into
 //! `anyhow` errors, to print them with their causes.
 
+/// `eprint!` that never panics. A run whose stderr is closed (a pipe whose
+/// reader quit) must still stop on a signal and upload its outputs; what it
+/// would have said is lost, the work is not.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod authoring;
 pub mod cli;
 pub mod context;

@@ -12,7 +12,7 @@ type Result<T, E = BuildError> = std::result::Result<T, E>;
 
 pub fn build(dir: &Path) -> Result<Vec<u8>> {
     let toolchain = Toolchain::detect()?;
-    eprintln!("  with the {}", toolchain.describe());
+    say!("  with the {}\n", toolchain.describe());
     let mut cargo = toolchain.cargo_build();
     cargo
         .args(["--release", "--message-format=json-render-diagnostics"])

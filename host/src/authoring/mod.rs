@@ -51,8 +51,8 @@ pub fn build(dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
     let wit_dir = work.join("wit");
     std::fs::create_dir_all(&wit_dir)?;
     std::fs::write(wit_dir.join("transform.wit"), CONTRACT_WIT)?;
-    eprintln!(
-        "building the {} guest in {}",
+    say!(
+        "building the {} guest in {}\n",
         language.name(),
         dir.display()
     );
@@ -63,7 +63,7 @@ pub fn build(dir: &Path, out: Option<&Path>) -> Result<PathBuf> {
         Language::C => build_c::build(&dir, &work)?,
     };
     std::fs::write(&out, &component).with_context(|| format!("writing {}", out.display()))?;
-    eprintln!("wrote {} ({} KB)", out.display(), component.len() / 1024);
+    say!("wrote {} ({} KB)\n", out.display(), component.len() / 1024);
     Ok(out)
 }
 

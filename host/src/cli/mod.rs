@@ -1,15 +1,5 @@
 //! The `weir` command line.
 
-/// `eprint!` that never panics. A run whose stderr is closed (a pipe whose
-/// reader quit) must still stop on a signal and upload its outputs; what it
-/// would have said is lost, the work is not.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stderr(), $($arg)*);
-    }};
-}
-
 /// `println!` for a command's output, which may be piped into `head`: once
 /// the reader has quit, the rest is dropped rather than panicking, so what
 /// the command does after printing (publishing a merge, an audit) still
