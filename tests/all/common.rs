@@ -66,6 +66,23 @@ pub async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
         .unwrap()
 }
 
+/// `weir ARGS` with its stdout on a pipe whose reading end was closed before
+/// it started, as in `weir runs | head -0`: every write it makes there fails
+/// with a broken pipe.
+pub fn weir_into_a_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(args)
+        .env(
+            "WEIR_CACHE_DIR",
+            std::env::temp_dir().join("weir-test-cache"),
+        )
+        .stdout(writer)
+        .output()
+        .unwrap()
+}
+
 /// `weir run PIPELINE` with the test key and the endpoint at `base_url`.
 pub async fn run_with_key(pipeline: &Path, base_url: &str) -> Output {
     weir(

@@ -206,6 +206,21 @@ cases:
 "#;
 
 #[tokio::test]
+async fn weir_test_into_a_reader_that_quit_still_tells_by_its_exit_code() {
+    let ws = Workspace::new();
+    let good = ws.write("good.yaml", LLM_FIXTURES);
+    let bad = ws.write(
+        "bad.yaml",
+        &LLM_FIXTURES.replace("answer: \"hi there\"}", "answer: \"bye\"}"),
+    );
+    for (fixtures, code) in [(good, 0), (bad, 1)] {
+        let out = weir_into_a_closed_pipe(&["test", fixtures.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
+        assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    }
+}
+
+#[tokio::test]
 async fn weir_test_passes_matching_fixtures_and_explains_each_mismatch() {
     let ws = Workspace::new();
     let good = ws.write("good.yaml", LLM_FIXTURES);

@@ -639,10 +639,9 @@ async fn run(
 async fn test(files: &[PathBuf], component: Option<&std::path::Path>) -> Result<ExitCode> {
     let runtime = crate::runtime::Runtime::new()?;
     let mut total = crate::fixtures::Tally::default();
-    let mut stdout = std::io::stdout();
     for given in files {
         let path = crate::fixtures::fixtures_path(given);
-        let tally = crate::fixtures::run_file(&runtime, &path, component, &mut stdout).await?;
+        let tally = crate::fixtures::run_file(&runtime, &path, component, &mut QuietStdout).await?;
         total.passed += tally.passed;
         total.failed += tally.failed;
     }
@@ -726,7 +725,24 @@ fn compiled_components(clear: bool) -> Result<ExitCode> {
 /// Writes a command's text output as `tell!` does, without adding a line end.
 fn show(text: &str) {
     use std::io::Write as _;
-    let _ = std::io::stdout().write_all(text.as_bytes());
+    let _ = QuietStdout.write_all(text.as_bytes());
+}
+
+/// Stdout that drops what its reader, having quit, would not read. `weir
+/// test` piped into `head` still runs every case, and its exit code still
+/// says whether they passed.
+struct QuietStdout;
+
+impl std::io::Write for QuietStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stdout().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stdout().flush();
+        Ok(())
+    }
 }
 
 fn fail(error: anyhow::Error) -> ExitCode {
