@@ -143,6 +143,10 @@ pub struct Script {
     /// answered; the batch ends `expired` (OpenAI, Azure) or those lines are
     /// `expired` (Anthropic).
     pub batch_expire_marker: Option<String>,
+    /// Keep every request for `served`. The standalone server, which never
+    /// reads them, keeps none: its memory stays flat over a long run, and
+    /// each request costs less of the CPU the client measured beside it has.
+    pub record: bool,
 }
 
 impl Default for Script {
@@ -177,6 +181,7 @@ impl Default for Script {
             slow_marker: None,
             batch_seconds: Duration::ZERO,
             batch_expire_marker: None,
+            record: true,
         }
     }
 }
@@ -275,7 +280,7 @@ impl TestLlmServer {
         let started = Instant::now();
         let queue = script
             .serve_at_once
-            .map(|at_once| queue::ServingQueue::new(at_once, started));
+            .map(|at_once| queue::ServingQueue::new(at_once, started, script.record));
         let shared = Arc::new(Shared {
             script,
             started,
@@ -650,6 +655,9 @@ async fn answer(
         false => String::new(),
     };
     let log = |status: u16, fault: Option<Fault>| {
+        if !script.record {
+            return;
+        }
         shared.log.lock().unwrap().push(Served {
             fault,
             sequence,

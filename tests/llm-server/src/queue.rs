@@ -10,6 +10,8 @@ pub(crate) struct ServingQueue {
     slots: Semaphore,
     started: Instant,
     log: Mutex<QueueLog>,
+    /// Keep every change (see `Script::record`).
+    record: bool,
 }
 
 #[derive(Default)]
@@ -20,11 +22,12 @@ struct QueueLog {
 }
 
 impl ServingQueue {
-    pub(crate) fn new(at_once: usize, started: Instant) -> Self {
+    pub(crate) fn new(at_once: usize, started: Instant, record: bool) -> Self {
         Self {
             slots: Semaphore::new(at_once),
             started,
             log: Mutex::new(QueueLog::default()),
+            record,
         }
     }
 
@@ -56,7 +59,9 @@ impl ServingQueue {
             false => log.waiting - 1,
         };
         let waiting = log.waiting;
-        log.changes.push((at - self.started, waiting));
+        if self.record {
+            log.changes.push((at - self.started, waiting));
+        }
     }
 }
 

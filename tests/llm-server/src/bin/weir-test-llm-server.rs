@@ -5,6 +5,9 @@ use clap::Parser;
 use std::time::Duration;
 use weir_test_llm_server::{Reply, Script, TestLlmServer, presets};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     about = "Test tool: a scripted OpenAI-compatible chat and batch server on loopback (not a model)"
@@ -87,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
         batch_expire_marker: args.batch_expire_marker,
         refuse_json_schema: args.refuse_json_schema,
         cut_at_max_tokens: args.cut_at_max_tokens,
+        record: false,
         ..base
     };
     let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
