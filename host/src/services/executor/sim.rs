@@ -44,8 +44,9 @@ enum Server {
         chance: u64,
         share: u64,
         outside: u64,
-        /// The windows that are bursts, when given, instead of the draw.
-        windows: Option<&'static [u64]>,
+        /// The test LLM server's own schedule of bursts, when given,
+        /// instead of the draw.
+        schedule: Option<weir_test_llm_server::Bursts>,
         /// Mixed into the draws of bursts and refusals.
         seed: u64,
     },
@@ -194,13 +195,13 @@ impl Sim {
                 chance,
                 share,
                 outside,
-                windows,
+                schedule,
                 seed,
             } => {
                 let since = Instant::now() - self.started;
                 let index = (since.as_nanos() / window.as_nanos()) as u64;
-                let bursting = match windows {
-                    Some(windows) => windows.contains(&index),
+                let bursting = match schedule {
+                    Some(schedule) => schedule.covers(since),
                     None => mix(index ^ 0xB0B5 ^ seed) % 100 < *chance,
                 };
                 let refused = if bursting { share } else { outside };
@@ -737,10 +738,10 @@ async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
 }
 
 /// The test LLM server's `bursts` preset, capped at 64: four in five
-/// requests refused in a quarter of the 1 s windows (those `windows` lists,
-/// or those drawn with `seed`), 3 % outside them, each refusal asking for a
-/// second's wait; over a wire of 0.75 to 2.25 ms each way.
-fn dense_bursts(windows: Option<&'static [u64]>, seed: u64) -> impl Fn() -> Rc<Sim> {
+/// requests refused in a quarter of the 1 s windows (the server's own
+/// `schedule`, or those drawn with `seed`), 3 % outside them, each refusal
+/// asking for a second's wait; over a wire of 0.75 to 2.25 ms each way.
+fn dense_bursts(schedule: Option<weir_test_llm_server::Bursts>, seed: u64) -> impl Fn() -> Rc<Sim> {
     let server = Server::WindowBursts {
         cap: 64,
         latency: LATENCY,
@@ -748,7 +749,7 @@ fn dense_bursts(windows: Option<&'static [u64]>, seed: u64) -> impl Fn() -> Rc<S
         chance: 25,
         share: 80,
         outside: 3,
-        windows,
+        schedule,
         seed,
     };
     move || {
@@ -835,11 +836,12 @@ async fn a_whole_capped_run_is_served_near_capacity() {
 #[tokio::test(start_paused = true)]
 async fn a_short_run_through_dense_error_bursts_costs_little_against_the_best_fixed_concurrency() {
     // The `bursts` preset as the benchmark meets it: 2,000 rows, bursts in
-    // the windows the test LLM server's hash picks (3 s to 5 s, then 7 s to
-    // 8 s), so that most rows go before the first burst and the rest wait
-    // through it.
+    // the windows the test LLM server's own hash picks (3 s to 5 s, then
+    // 7 s to 8 s), so that most rows go before the first burst and the rest
+    // wait through it.
     let rows = 2000;
-    let server = dense_bursts(Some(&[3, 4, 7, 24, 25]), 0);
+    let schedule = weir_test_llm_server::presets::error_bursts(LATENCY).bursts;
+    let server = dense_bursts(schedule, 0);
     let (adaptive, best) = against_fixed(server, rows, &[16, 32, 64, 128]).await;
     assert_eq!(adaptive.ok, rows);
     assert_near_best_fixed("short run, dense bursts", adaptive, best);
