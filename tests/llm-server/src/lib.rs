@@ -144,8 +144,8 @@ pub struct Script {
     /// `expired` (Anthropic).
     pub batch_expire_marker: Option<String>,
     /// Keep every request for `served`. The standalone server, which never
-    /// reads them, keeps none: its memory stays flat over a long run, and
-    /// each request costs less of the CPU the client measured beside it has.
+    /// reads them, keeps none: its memory stays flat over a long run, and it
+    /// takes less of the CPU of a client measured on the same cores.
     pub record: bool,
 }
 
