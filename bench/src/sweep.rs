@@ -7,7 +7,7 @@ use crate::Args;
 use crate::runs::{Run, print_header, print_line, run};
 use std::path::Path;
 use std::time::Duration;
-use weir_test_llm_server::{Script, presets};
+use weir_test_llm_server::{Bursts, Script, presets};
 
 struct Sweep {
     name: &'static str,
@@ -15,6 +15,10 @@ struct Sweep {
     script: Script,
     /// Each run is killed after this long.
     limit: Duration,
+    /// The burst schedules run (see `Bursts::schedule`): where the bursts
+    /// fall decides much of a short run's time, so one schedule says as
+    /// much of luck as of the limit.
+    schedules: &'static [u64],
 }
 
 /// The fixed concurrencies tried; the adaptive run's `pool_size` (its
@@ -33,6 +37,7 @@ fn sweeps() -> Vec<Sweep> {
                 ..presets::error_bursts(latency)
             },
             limit: Duration::from_secs(120),
+            schedules: &[0, 1, 2],
         },
         Sweep {
             name: "chaos preset (25 % faults: 429/529/503/502/504/500, resets, 1.25 % hangs of \
@@ -40,6 +45,7 @@ fn sweeps() -> Vec<Sweep> {
             rows: 1000,
             script: presets::chaos(latency),
             limit: Duration::from_secs(180),
+            schedules: &[0],
         },
     ]
 }
@@ -49,13 +55,42 @@ pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
         if args.skips(sweep.name) {
             continue;
         }
-        run_sweep(weir, &sweep).await?;
+        let mut ratios = Vec::new();
+        for &schedule in sweep.schedules {
+            ratios.extend(run_sweep(weir, &sweep, schedule).await?);
+        }
+        if sweep.schedules.len() > 1 && !ratios.is_empty() {
+            let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+            let each: Vec<_> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "    adaptive / best fixed over {} schedules: {} (mean {mean:.2}×)",
+                ratios.len(),
+                each.join(", ")
+            );
+        }
     }
     Ok(())
 }
 
-async fn run_sweep(weir: &Path, sweep: &Sweep) -> anyhow::Result<()> {
-    println!("  {}, {} rows", sweep.name, sweep.rows);
+/// Returns the adaptive run's time over the best fixed run's, when both
+/// finished.
+async fn run_sweep(weir: &Path, sweep: &Sweep, schedule: u64) -> anyhow::Result<Option<f64>> {
+    let script = Script {
+        bursts: sweep
+            .script
+            .bursts
+            .clone()
+            .map(|bursts| Bursts { schedule, ..bursts }),
+        ..sweep.script.clone()
+    };
+    let sweep = &Sweep { script, ..*sweep };
+    match sweep.schedules.len() {
+        1 => println!("  {}, {} rows", sweep.name, sweep.rows),
+        _ => println!(
+            "  {}, {} rows, burst schedule {schedule}",
+            sweep.name, sweep.rows
+        ),
+    }
     println!(
         "    adaptive (pool_size {} as its ceiling) and fixed (adaptive_concurrency: false), \
          each killed after {:.0} s:",
@@ -87,20 +122,19 @@ async fn run_sweep(weir: &Path, sweep: &Sweep) -> anyhow::Result<()> {
         print_line(&run);
         fixed.push(run);
     }
-    compare(&adaptive, &fixed);
-    Ok(())
+    Ok(compare(&adaptive, &fixed))
 }
 
 /// The adaptive run's wall time over the best fixed run's, the fixed runs
-/// that did not finish left out.
-fn compare(adaptive: &Run, fixed: &[Run]) {
+/// that did not finish left out; `None` unless both finished.
+fn compare(adaptive: &Run, fixed: &[Run]) -> Option<f64> {
     let Some(best) = fixed
         .iter()
         .filter(|r| !r.usage.timed_out)
         .min_by(|a, b| a.wall.total_cmp(&b.wall))
     else {
         println!("    no fixed run finished");
-        return;
+        return None;
     };
     let ratio = adaptive.wall / best.wall;
     let bound = match adaptive.usage.timed_out {
@@ -113,4 +147,5 @@ fn compare(adaptive: &Run, fixed: &[Run]) {
         best.wall,
         adaptive.ok_share() * 100.0
     );
+    (!adaptive.usage.timed_out).then_some(ratio)
 }

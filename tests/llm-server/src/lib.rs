@@ -199,13 +199,17 @@ pub struct Bursts {
     pub share: f64,
     /// The statuses refused with, chosen by hash.
     pub statuses: Vec<u16>,
+    /// Picks the schedule: each seed makes other windows bursts, with the
+    /// same share of them.
+    pub schedule: u64,
 }
 
 impl Bursts {
     /// Whether `since_start` falls in a burst.
     pub fn covers(&self, since_start: Duration) -> bool {
         let index = since_start.as_nanos() / self.window.as_nanos().max(1);
-        roll(mix(index as u64 ^ BURST_WINDOW_SEED)) < self.chance
+        let schedule = mix(self.schedule).wrapping_mul(u64::from(self.schedule != 0));
+        roll(mix(index as u64 ^ BURST_WINDOW_SEED ^ schedule)) < self.chance
     }
 
     fn refusal(&self, since_start: Duration, sequence: u64) -> Option<u16> {

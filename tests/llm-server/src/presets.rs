@@ -52,6 +52,7 @@ pub fn error_bursts(latency: Duration) -> Script {
             chance: 0.25,
             share: 0.8,
             statuses,
+            schedule: 0,
         }),
         retry_after_seconds: Some(1.0),
         ..Script::default()

@@ -98,6 +98,7 @@ fn bursts(chance: f64, share: f64) -> Bursts {
         chance,
         share,
         statuses: vec![429, 529, 503],
+        schedule: 0,
     }
 }
 
@@ -112,6 +113,15 @@ fn bursts_cover_their_share_of_windows_on_a_fixed_schedule() {
     let share = covered.iter().filter(|c| **c).count() as f64 / 4000.0;
     assert!((0.22..0.28).contains(&share), "{share}");
     assert_eq!(covered, schedule(&bursts(0.25, 0.8)));
+    // Another schedule covers other windows, as many of them.
+    let other = schedule(&Bursts {
+        schedule: 1,
+        ..bursts(0.25, 0.8)
+    });
+    let share = other.iter().filter(|c| **c).count() as f64 / 4000.0;
+    assert!((0.22..0.28).contains(&share), "{share}");
+    let same = covered.iter().zip(&other).filter(|(a, b)| a == b).count();
+    assert!(same < 3000, "{same} of 4000 windows alike");
     // Within one window the answer does not change.
     let b = bursts(0.25, 0.8);
     for i in 0..100 {

@@ -41,6 +41,10 @@ struct Args {
     /// in bursts covering a quarter of the time, whatever the load).
     #[arg(long)]
     preset: Option<String>,
+    /// With `--preset bursts`: which windows are bursts. Each number is
+    /// another schedule with the same share of bursts.
+    #[arg(long, default_value_t = 0)]
+    burst_schedule: u64,
     /// Batch APIs: seconds from a batch's creation to its end (0: done at
     /// the first look after it was made).
     #[arg(long, default_value_t = 0.0)]
@@ -78,6 +82,13 @@ async fn main() -> anyhow::Result<()> {
         Some("bursts") => presets::error_bursts(latency),
         Some(other) => anyhow::bail!("unknown --preset `{other}`: use chaos or bursts"),
     };
+    let bursts = base
+        .bursts
+        .clone()
+        .map(|bursts| weir_test_llm_server::Bursts {
+            schedule: args.burst_schedule,
+            ..bursts
+        });
     let script = Script {
         reply,
         latency,
@@ -91,6 +102,7 @@ async fn main() -> anyhow::Result<()> {
         refuse_json_schema: args.refuse_json_schema,
         cut_at_max_tokens: args.cut_at_max_tokens,
         record: false,
+        bursts,
         ..base
     };
     let server = TestLlmServer::bind(script, &format!("127.0.0.1:{}", args.port)).await?;
