@@ -10,8 +10,8 @@
 //! again, so a burst of rejections from one window cuts only once.
 //!
 //! - Slow start: while the limit is reached, every answer adds two slots (the
-//!   limit triples per round trip: 4 → 12 → 36 in two round trips), until the
-//!   first loss or queueing.
+//!   limit triples per round trip: 4 → 12 → 36 in two round trips), until
+//!   losses beyond a few in a hundred, or queueing.
 //! - Losses beyond the endpoint's usual share (see below) cut the limit by the
 //!   share of requests that were refused (between 10 % and half), never below
 //!   a learned floor unless the floor itself was already reached.
@@ -22,9 +22,9 @@
 //! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
 //!   no-load estimate shrinks the limit in proportion, which holds the
 //!   server's queue at about half of what it serves at once.
-//! - Growth after slow start follows TCP BIC: half the distance back to the
-//!   limit of the last cut per round trip, then slow probing beyond it that
-//!   doubles every round trip.
+//! - Growth after slow start follows TCP BIC: half the distance back to what
+//!   the limit of the last cut served per round trip, then slow probing
+//!   beyond it that doubles every round trip.
 //! - A run's last stretch does not probe beyond the edge (`tail_limit`).
 //!
 //! Nothing here reads a clock: every event carries its instant, so the
@@ -69,6 +69,19 @@ const LOSS_SAMPLE: u32 = 32;
 const MASSIVE_LOSS: f64 = 0.25;
 /// Answers after a cut needed to judge it: fewer say nothing of a share.
 const MIN_JUDGED: u32 = 8;
+/// The same, for cuts in a row that took more than half the limit off. At
+/// a limit of one or two, paced over the round trip, eight answers take
+/// eight round trips, and a burst of random refusals that collapsed the
+/// limit held it there for a second after the burst ended. Such a cut is
+/// judged by the answers a window brings (see `Cut::cost_answers`), which a
+/// few say as well as many.
+const MIN_JUDGED_COLLAPSED: u32 = 4;
+/// In slow start, refusals up to this share of the limit (and two standard
+/// deviations over it) do not end it: a shared endpoint refuses a few in a
+/// hundred whatever the load, and one such refusal at a limit of 12 left a
+/// run far below an endpoint's 64 slots for seconds, while slow start's
+/// overshoot of a real edge is refused by the dozen.
+const SLOW_START_NOISE: f64 = 0.03;
 /// Weight of the newest round trip in the smoothed one.
 const RTT_WEIGHT: f64 = 0.1;
 /// A round trip counts in the smoothed one for at most this many times it.
@@ -124,6 +137,14 @@ struct Cut {
     loss_before: f64,
     /// The answers in the last whole window before the cut.
     ok_before: Option<u32>,
+    /// When it was made, and the refusals so far of requests sent before
+    /// it. A cut is made at the first refusals, and those that come back
+    /// after it show the share refused at `before`: judged against the
+    /// first refusal alone (one of 108 after slow start's overshoot of a
+    /// server taking 64), the cut looked useless and was undone again and
+    /// again, back to 108.
+    at: Instant,
+    refused_before: u32,
 }
 
 impl Cut {
@@ -190,6 +211,9 @@ pub struct Controller {
     /// has not yet confirmed the queue: where the limit goes if it does,
     /// and until when.
     queue_met: Option<(f64, Instant)>,
+    /// A window at a full limit came back without a refusal: the endpoint
+    /// took that many at once.
+    served_full_window: bool,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -225,6 +249,7 @@ impl Controller {
             last_ok: None,
             last_refusal: None,
             queue_met: None,
+            served_full_window: false,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -314,6 +339,18 @@ impl Controller {
         }
         if signal == Signal::Overload {
             self.last_refusal = Some(now);
+            if let Some(cut) = self.pending.as_mut()
+                && sent_at < cut.at
+            {
+                cut.refused_before += 1;
+                let share = (f64::from(cut.refused_before) / cut.before.max(1.0)).min(1.0);
+                cut.loss_before = cut.loss_before.max(share);
+                // Growth heads back to what was served at `before`, not to
+                // `before` itself, which slow start may have overshot
+                // threefold.
+                let served = (cut.before * (1.0 - share)).max(self.limit);
+                self.ceiling = self.ceiling.min(served);
+            }
         }
         self.tally(sent_at, signal, now);
         // Losses are acted on at once, as the first answers that show them
@@ -331,8 +368,8 @@ impl Controller {
             if signal == Signal::Overload
                 && (self.pending.is_none() || massive)
                 && self.overloaded(lost)
+                && self.cut_for_losses(lost, now)
             {
-                self.cut_for_losses(lost);
                 self.changed(now);
             }
         }
@@ -471,6 +508,7 @@ impl Controller {
         let saturated = self.last_saturated >= self.window.start;
         let tally = std::mem::take(&mut self.window.tally);
         let next = std::mem::take(&mut self.next);
+        self.served_full_window |= saturated && tally.lost == 0 && tally.ok > 0;
         // A window sent (in part) before the last change says nothing of it.
         if self.window.start >= self.last_change && self.judge(tally, saturated) {
             self.changed(now);
@@ -513,7 +551,16 @@ impl Controller {
         }
         let mean_rtt = (t.ok > 0).then(|| t.rtt_sum / f64::from(t.ok));
         let queueing = mean_rtt.and_then(|rtt| self.queueing(rtt));
-        if self.pending.is_some() && self.since_cut.ok + self.since_cut.lost >= MIN_JUDGED {
+        let collapsed = self
+            .pending
+            .as_ref()
+            .is_some_and(|cut| self.limit < cut.before * (1.0 - MAX_CUT));
+        let needed = if collapsed {
+            MIN_JUDGED_COLLAPSED
+        } else {
+            MIN_JUDGED
+        };
+        if self.pending.is_some() && self.since_cut.ok + self.since_cut.lost >= needed {
             let after = std::mem::take(&mut self.since_cut);
             let loss = f64::from(after.lost) / f64::from(after.ok + after.lost);
             if let Some(cut) = self.pending.take()
@@ -541,7 +588,12 @@ impl Controller {
     /// while the usual share is nil). Refusals come back before the answers
     /// sent with them, so the answers so far are no measure.
     fn overloaded(&self, lost: u32) -> bool {
-        let (n, p) = (self.limit, self.usual_loss);
+        let n = self.limit;
+        let p = if self.slow_start {
+            self.usual_loss.max(SLOW_START_NOISE)
+        } else {
+            self.usual_loss
+        };
         lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
     }
 
@@ -567,7 +619,15 @@ impl Controller {
     /// first, before the answers sent with them, so their share of the
     /// limit (or of the last whole window), not of the answers so far,
     /// measures the excess.
-    fn cut_for_losses(&mut self, lost: u32) {
+    ///
+    /// Returns whether it changed anything: at a limit of one, with a cut
+    /// pending, further refusals change nothing, and counting them as a
+    /// change would start the pending cut's judgement over at each one, so
+    /// that a burst of random refusals could never show the cut useless.
+    fn cut_for_losses(&mut self, lost: u32, now: Instant) -> bool {
+        if self.limit <= 1.0 && self.pending.is_some() {
+            return false;
+        }
         // Slow start overshoots by up to its growth of a round trip.
         let share = if self.slow_start {
             MAX_CUT
@@ -594,6 +654,8 @@ impl Controller {
                 before: self.limit,
                 loss_before: self.last_loss.unwrap_or(0.0).max(trigger),
                 ok_before: self.last_ok,
+                at: now,
+                refused_before: lost,
             },
         });
         let cut = if at_edge {
@@ -601,13 +663,21 @@ impl Controller {
         } else {
             self.limit * (1.0 - share)
         };
-        self.slow_start = false;
+        // Refusals before the endpoint ever took a full limit say nothing of
+        // its room: a burst of random refusals in a run's first second left
+        // the limit at one or two slots, growing a slot a round trip, for
+        // seconds after the burst. Slow start goes on from the cut limit
+        // until a full window comes back clean; against an endpoint that
+        // really has so little room, that costs a round trip or two of
+        // refusals.
+        self.slow_start = self.slow_start && !self.served_full_window;
         self.ceiling = self.limit;
         if self.limit <= self.floor {
             // Losses at the floor: the endpoint has less room than it had.
             self.floor = cut.floor().max(1.0);
         }
         self.limit = cut.max(self.floor).max(1.0);
+        true
     }
 
     /// Shrinks the limit so the round trip comes back to `TOLERANCE` times

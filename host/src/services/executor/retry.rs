@@ -107,16 +107,24 @@ impl RetryPolicy {
         row_deadline: Option<Instant>,
     ) -> Option<Duration> {
         let wait = match verdict {
-            Verdict::Capacity { retry_after } => {
-                let backoff = backoff(
-                    self.capacity_retries,
-                    CAPACITY_BACKOFF.0,
-                    CAPACITY_BACKOFF.1,
-                );
-                // The server's word is capped at the budget: a wait beyond
-                // it is not waited, and the request gives up.
-                retry_after.map_or(backoff, |r| r.min(self.budget).max(backoff))
-            }
+            // The server's word, when it gives one, is the wait, as the
+            // providers' own SDKs take it: the adaptive limit already eases
+            // the load, and growing each row's wait beyond what the server
+            // asked kept a row refused six times in one burst away for 3 to
+            // 6 s after the endpoint had room again. It is capped at the budget
+            // (a wait beyond it is not waited, and the request gives up), and
+            // is never shorter than a first back-off, so a `Retry-After: 0`
+            // does not send a row straight back.
+            Verdict::Capacity {
+                retry_after: Some(asked),
+            } => asked
+                .min(self.budget)
+                .max(backoff(0, CAPACITY_BACKOFF.0, CAPACITY_BACKOFF.1)),
+            Verdict::Capacity { retry_after: None } => backoff(
+                self.capacity_retries,
+                CAPACITY_BACKOFF.0,
+                CAPACITY_BACKOFF.1,
+            ),
             Verdict::Queued => backoff(
                 self.capacity_retries,
                 CAPACITY_BACKOFF.0,
@@ -397,5 +405,35 @@ mod tests {
         let soon = Some(Instant::now() + Duration::from_secs(1));
         assert_eq!(policy.wait(long, Duration::ZERO, soon), None);
         assert!(policy.wait(Verdict::Queued, Duration::ZERO, None).is_some());
+    }
+
+    #[test]
+    fn a_capacity_wait_is_what_the_server_asked_however_often_refused() {
+        let long = Verdict::Capacity {
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        let mut refused_often = RetryPolicy::new(Duration::from_secs(60), 0);
+        for _ in 0..6 {
+            refused_often.retried(RetryCause::Capacity, true);
+        }
+        assert_eq!(
+            refused_often.wait(long, Duration::ZERO, None),
+            Some(Duration::from_secs(3)),
+            "the server's word, not a back-off grown by the refusals before"
+        );
+        let unsaid = refused_often
+            .wait(
+                Verdict::Capacity { retry_after: None },
+                Duration::ZERO,
+                None,
+            )
+            .unwrap();
+        assert!(unsaid >= Duration::from_secs(3), "{unsaid:?}");
+        let at_once = Verdict::Capacity {
+            retry_after: Some(Duration::ZERO),
+        };
+        let first = RetryPolicy::new(Duration::from_secs(60), 0);
+        let wait = first.wait(at_once, Duration::ZERO, None).unwrap();
+        assert!(wait >= CAPACITY_BACKOFF.0 / 2, "{wait:?}");
     }
 }

@@ -2,7 +2,7 @@
 //! paused clock: every run is deterministic and takes no real time, so the
 //! figures asserted are the controller's, not the machine's.
 
-use super::attempt_timeout::{AttemptTimeout, Shape};
+use super::attempt_timeout::{Shape, SharedAttemptTimeout};
 use super::controller::Signal;
 use super::limiter::Limiter;
 use std::cell::RefCell;
@@ -61,6 +61,8 @@ enum Server {
         failed: u64,
         hung: u64,
         slow: u64,
+        /// Picks which requests fail, hang or come late.
+        seed: u64,
     },
 }
 
@@ -91,6 +93,18 @@ struct Sim {
 impl Sim {
     fn new(server: Server) -> Rc<Self> {
         Self::over_wire(server, Duration::ZERO, None)
+    }
+
+    /// The wait before a request is sent again after `retries` retries, as
+    /// the executor's retry policy takes it (at the mean of its jitter): the
+    /// server's word after a refusal if it gave one, else a back-off that
+    /// doubles with each retry.
+    fn retry_wait(&self, signal: Signal, retries: u32) -> Duration {
+        let base = Duration::from_millis(75);
+        match self.retry_after {
+            Some(asked) if signal == Signal::Overload => asked.max(base),
+            _ => base * (1 << retries.min(7)),
+        }
     }
 
     fn over_wire(server: Server, wire: Duration, retry_after: Option<Duration>) -> Rc<Self> {
@@ -217,8 +231,9 @@ impl Sim {
                 failed,
                 hung,
                 slow,
+                seed,
             } => {
-                let draw = mix(n) % 1000;
+                let draw = mix(n ^ seed) % 1000;
                 let fast_failure = draw < refused + failed;
                 if fast_failure || in_flight > *cap {
                     tokio::time::sleep(refuse).await;
@@ -228,7 +243,7 @@ impl Sim {
                         Signal::Overload
                     };
                 }
-                let late = mix(n ^ 0xA5A5) % 1000;
+                let late = mix(n ^ 0xA5A5 ^ seed) % 1000;
                 let held = if draw < refused + failed + hung {
                     Duration::from_secs(30 + late * 30 / 1000)
                 } else if draw < refused + failed + hung + slow {
@@ -344,10 +359,10 @@ async fn drive(sim: &Rc<Sim>, pool: usize, workers: usize, run: Duration) -> Rc<
                     if signal == Signal::Success || Instant::now() >= end {
                         break;
                     }
-                    let backoff = Duration::from_millis(75) * (1 << retries.min(7));
+                    let wait = sim.retry_wait(signal, retries);
                     let _waiting_out =
-                        (signal == Signal::Overload).then(|| limiter.refusal_wait(backoff));
-                    tokio::time::sleep(backoff).await;
+                        (signal == Signal::Overload).then(|| limiter.refusal_wait(wait));
+                    tokio::time::sleep(wait).await;
                     retries += 1;
                 }
             }
@@ -497,10 +512,10 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Durati
                         if signal == Signal::Success {
                             break;
                         }
-                        let backoff = Duration::from_millis(75) * (1 << retries.min(7));
+                        let wait = sim.retry_wait(signal, retries);
                         let _waiting_out =
-                            (signal == Signal::Overload).then(|| limiter.refusal_wait(backoff));
-                        tokio::time::sleep(backoff).await;
+                            (signal == Signal::Overload).then(|| limiter.refusal_wait(wait));
+                        tokio::time::sleep(wait).await;
                         retries += 1;
                     }
                     *done.borrow_mut() += 1;
@@ -580,12 +595,12 @@ async fn run_rows(sim: &Rc<Sim>, concurrency: Concurrency, rows: usize) -> Finis
         Concurrency::Adaptive => Limiter::new(4, 256),
         Concurrency::Fixed(n) => Limiter::new(n, n),
     });
-    let timeout = Rc::new(RefCell::new(AttemptTimeout::new(Some(Shape {
+    let timeout = Rc::new(SharedAttemptTimeout::new(Some(Shape {
         factor: crate::config::model::defaults::attempt_timeout_factor(),
         floor: Duration::from_secs_f64(
             crate::config::model::defaults::min_attempt_timeout_seconds(),
         ),
-    }))));
+    })));
     let next = Rc::new(RefCell::new(0usize));
     let outcome = Rc::new(RefCell::new(Finished {
         seconds: 0.0,
@@ -632,7 +647,7 @@ async fn run_rows(sim: &Rc<Sim>, concurrency: Concurrency, rows: usize) -> Finis
 async fn request(
     sim: &Sim,
     limiter: &Limiter,
-    timeout: &RefCell<AttemptTimeout>,
+    timeout: &SharedAttemptTimeout,
     concurrency: Concurrency,
 ) -> bool {
     let (mut capacity_retries, mut retries, mut hung) = (0u32, 0u32, 0u32);
@@ -641,48 +656,58 @@ async fn request(
             .acquire(None, capacity_retries + retries + hung > 0)
             .await
             .unwrap();
-        let limit = timeout
-            .borrow()
-            .limit(REQUEST_TIMEOUT, hung)
-            .unwrap_or(REQUEST_TIMEOUT);
+        let learned = timeout.limit(REQUEST_TIMEOUT, hung);
         let sent = Instant::now();
-        let answer = tokio::time::timeout(limit, sim.call()).await;
-        let signal = match answer {
-            Ok(signal) => signal,
-            // Given up: neither a success nor a refusal.
-            Err(_) => Signal::Neutral,
+        // As the executor does: a timeout learned while the attempt is out
+        // applies to it too.
+        let limit_passes = async {
+            let limit = match learned {
+                Some(limit) => limit,
+                None => timeout.learned(REQUEST_TIMEOUT, hung).await,
+            };
+            tokio::time::sleep_until(sent + limit).await;
+            limit
         };
+        // `None`: given up at `limit`.
+        let (answer, limit) = tokio::select! {
+            // In this order, so that a run is the same every time.
+            biased;
+            signal = sim.call() => (Some(signal), REQUEST_TIMEOUT),
+            limit = limit_passes => (None, limit),
+            () = tokio::time::sleep(REQUEST_TIMEOUT) => (None, REQUEST_TIMEOUT),
+        };
+        // Given up: neither a success nor a refusal.
+        let signal = answer.unwrap_or(Signal::Neutral);
         permit.release(match concurrency {
             Concurrency::Adaptive => signal,
             Concurrency::Fixed(_) => Signal::Neutral,
         });
         let backoff = match answer {
-            Ok(Signal::Success) => {
-                timeout.borrow_mut().answered(sent.elapsed());
+            Some(Signal::Success) => {
+                timeout.answered(sent.elapsed());
                 return true;
             }
-            Ok(Signal::Overload) => {
+            Some(Signal::Overload) => {
+                let wait = sim.retry_wait(Signal::Overload, capacity_retries);
                 capacity_retries += 1;
-                let backoff = Duration::from_millis(75) * (1 << capacity_retries.min(7));
-                let wait = sim.retry_after.map_or(backoff, |r| r.max(backoff));
                 let _waiting_out = limiter.refusal_wait(wait);
                 tokio::time::sleep(wait).await;
                 continue;
             }
-            Ok(Signal::Neutral) if retries < MAX_RETRIES => {
+            Some(Signal::Neutral) if retries < MAX_RETRIES => {
                 retries += 1;
                 Duration::from_millis(125) * (1 << retries)
             }
-            Ok(Signal::Neutral) => return false,
-            Err(_) if limit < REQUEST_TIMEOUT => {
+            Some(Signal::Neutral) => return false,
+            None if limit < REQUEST_TIMEOUT => {
                 hung += 1;
                 Duration::ZERO
             }
-            Err(_) if retries < MAX_RETRIES => {
+            None if retries < MAX_RETRIES => {
                 retries += 1;
                 Duration::from_millis(125) * (1 << retries)
             }
-            Err(_) => return false,
+            None => return false,
         };
         tokio::time::sleep(backoff).await;
     }
@@ -772,24 +797,40 @@ async fn dense_error_bursts_cost_little_against_the_best_fixed_concurrency() {
 #[tokio::test(start_paused = true)]
 async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrency() {
     // A quarter of the requests fail, 1.25 % hang for 30 to 60 s, 3 %
-    // answer 10 to 30 times late.
-    let server = Server::Faulty {
-        cap: 64,
-        latency: Duration::from_millis(200),
-        refused: 130,
-        failed: 120,
-        hung: 13,
-        slow: 30,
-    };
+    // answer 10 to 30 times late. Which requests hang decides much of a
+    // run's time (one sent in its last seconds holds it open for a learned
+    // attempt timeout), so eight draws of them are run, each adaptive and at
+    // fixed concurrencies. `WEIR_SIM_SEED=N` runs draw N alone.
+    let only = std::env::var("WEIR_SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok());
     let rows = 2000;
-    let (adaptive, best) =
-        against_fixed(|| Sim::new(server.clone()), rows, &[16, 32, 64, 96, 128]).await;
+    let mut ratios = Vec::new();
+    for seed in (0..8u64).filter(|s| only.is_none_or(|o| o == *s)) {
+        let server = Server::Faulty {
+            cap: 64,
+            latency: Duration::from_millis(200),
+            refused: 130,
+            failed: 120,
+            hung: 13,
+            slow: 30,
+            seed: seed.wrapping_mul(0x9E37_79B9),
+        };
+        let (adaptive, (_, best)) =
+            against_fixed(|| Sim::new(server.clone()), rows, &[32, 64, 96, 128]).await;
+        assert!(
+            adaptive.ok * 100 >= rows * 99,
+            "{} of {rows} ok",
+            adaptive.ok
+        );
+        ratios.push(adaptive.seconds / best.seconds);
+    }
+    let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    eprintln!("faulty by draw: adaptive / best fixed {ratios:.2?}, mean {mean:.2}");
     assert!(
-        adaptive.ok * 100 >= rows * 99,
-        "{} of {rows} ok",
-        adaptive.ok
+        mean <= 1.5,
+        "adaptive took {mean:.2} times the best fixed on average"
     );
-    assert_near_best_fixed("faulty", adaptive, best);
 }
 
 #[tokio::test(start_paused = true)]
@@ -851,24 +892,36 @@ async fn a_short_run_through_dense_error_bursts_costs_little_against_the_best_fi
 async fn dense_error_bursts_on_many_schedules_cost_little_on_average() {
     // One schedule of bursts says as much of luck as of the controller: a
     // burst during slow start, or just before the last rows are done, costs
-    // seconds whatever the limit. Twelve schedules, each run adaptive and at
+    // seconds whatever the limit. Many schedules, each run adaptive and at
     // fixed concurrencies, say more. `WEIR_SIM_SEED=N` runs schedule N alone
-    // (with `WEIR_SIM_TRACE` to see its limit).
-    let only: Option<u64> = std::env::var("WEIR_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok());
+    // (with `WEIR_SIM_TRACE` to see its limit), `WEIR_SIM_SCHEDULES=N` runs
+    // N schedules instead of 32.
+    let env = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let (only, schedules) = (
+        env("WEIR_SIM_SEED"),
+        env("WEIR_SIM_SCHEDULES").unwrap_or(32),
+    );
     let rows = 2000;
     let mut ratios = Vec::new();
-    for seed in (0..12u64).filter(|s| only.is_none_or(|o| o == *s)) {
+    for seed in (0..schedules).filter(|s| only.is_none_or(|o| o == *s)) {
         let server = dense_bursts(None, seed.wrapping_mul(0x9E37_79B9));
         let (adaptive, (_, best)) = against_fixed(server, rows, &[32, 64, 128]).await;
         assert_eq!(adaptive.ok, rows);
         ratios.push(adaptive.seconds / best.seconds);
     }
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
-    eprintln!("dense bursts by schedule: adaptive / best fixed {ratios:.2?}, mean {mean:.2}");
+    let beyond = ratios.iter().filter(|&&r| r > 1.5).count();
+    eprintln!(
+        "dense bursts by schedule: adaptive / best fixed {ratios:.2?}, mean {mean:.2}, \
+         {beyond} beyond 1.5"
+    );
     assert!(
         mean <= 1.5,
         "adaptive took {mean:.2} times the best fixed on average"
+    );
+    assert!(
+        beyond * 8 <= ratios.len(),
+        "{beyond} of {} schedules took more than 1.5 times the best fixed",
+        ratios.len()
     );
 }
