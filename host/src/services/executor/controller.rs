@@ -82,6 +82,9 @@ const MIN_JUDGED_COLLAPSED: u32 = 4;
 /// run far below an endpoint's 64 slots for seconds, while slow start's
 /// overshoot of a real edge is refused by the dozen.
 const SLOW_START_NOISE: f64 = 0.03;
+/// In slow start, answers are counted by the requests in flight when theirs
+/// was sent, up to this many times the initial limit (see `cut_for_losses`).
+const LEVELS_COUNTED: f64 = 2.0;
 /// Weight of the newest round trip in the smoothed one.
 const RTT_WEIGHT: f64 = 0.1;
 /// A round trip counts in the smoothed one for at most this many times it.
@@ -214,6 +217,9 @@ pub struct Controller {
     /// A window at a full limit came back without a refusal: the endpoint
     /// took that many at once.
     served_full_window: bool,
+    /// In slow start, the answers by the requests in flight when theirs
+    /// was sent, up to `LEVELS_COUNTED` times the initial limit.
+    by_level: Vec<Tally>,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -250,6 +256,7 @@ impl Controller {
             last_refusal: None,
             queue_met: None,
             served_full_window: false,
+            by_level: vec![Tally::default(); (LEVELS_COUNTED * limit) as usize + 1],
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -332,7 +339,9 @@ impl Controller {
         self.last_saturated = now;
     }
 
-    pub fn on_answer(&mut self, now: Instant, sent_at: Instant, signal: Signal) {
+    /// `in_flight`: requests on the wire once this one was sent, itself
+    /// included.
+    pub fn on_answer(&mut self, now: Instant, sent_at: Instant, in_flight: usize, signal: Signal) {
         let before = self.limit;
         if signal == Signal::Success {
             self.on_success(now, sent_at);
@@ -351,6 +360,11 @@ impl Controller {
                 let served = (cut.before * (1.0 - share)).max(self.limit);
                 self.ceiling = self.ceiling.min(served);
             }
+        }
+        if self.slow_start
+            && let Some(tally) = self.by_level.get_mut(in_flight)
+        {
+            count(tally, signal);
         }
         self.tally(sent_at, signal, now);
         // Losses are acted on at once, as the first answers that show them
@@ -663,14 +677,22 @@ impl Controller {
         } else {
             self.limit * (1.0 - share)
         };
-        // Refusals before the endpoint ever took a full limit say nothing of
-        // its room: a burst of random refusals in a run's first second left
-        // the limit at one or two slots, growing a slot a round trip, for
+        // Refusals before the endpoint has shown any room say nothing of
+        // it: a burst of random refusals in a run's first second left the
+        // limit at one or two slots, growing a slot a round trip, for
         // seconds after the burst. Slow start goes on from the cut limit
-        // until a full window comes back clean; against an endpoint that
-        // really has so little room, that costs a round trip or two of
-        // refusals.
-        self.slow_start = self.slow_start && !self.served_full_window;
+        // until a window at a full limit comes back clean, or until the
+        // requests sent with no more in flight than the cut limit were
+        // mostly answered: then the refusals came from the load above it.
+        // (Against an endpoint with room for one or two, slow start's
+        // overshoot puts refusals in every window, and without the second
+        // test slow start went on for the whole run at three calls a row.)
+        let cut_to = cut.max(self.floor).max(1.0).floor();
+        let (ok, lost) = self.by_level[..=(cut_to as usize).min(self.by_level.len() - 1)]
+            .iter()
+            .fold((0, 0), |(ok, lost), t| (ok + t.ok, lost + t.lost));
+        let served_below = ok + lost >= 2 && ok > lost;
+        self.slow_start = self.slow_start && !self.served_full_window && !served_below;
         self.ceiling = self.limit;
         if self.limit <= self.floor {
             // Losses at the floor: the endpoint has less room than it had.

@@ -58,6 +58,8 @@ struct State {
 pub struct Permit<'a> {
     limiter: &'a Limiter,
     sent_at: Instant,
+    /// Requests in flight once this one was sent, itself included.
+    in_flight: usize,
     released: bool,
 }
 
@@ -153,6 +155,7 @@ impl Limiter {
         Permit {
             limiter: self,
             sent_at: now,
+            in_flight: s.in_flight,
             released: false,
         }
     }
@@ -213,11 +216,11 @@ impl Limiter {
         }
     }
 
-    fn release(&self, sent_at: Instant, signal: Signal) {
+    fn release(&self, sent_at: Instant, in_flight: usize, signal: Signal) {
         let mut s = self.lock();
         s.in_flight -= 1;
         let now = Instant::now();
-        s.controller.on_answer(now, sent_at, signal);
+        s.controller.on_answer(now, sent_at, in_flight, signal);
         // Only those a slot is free for: waking every waiter on every answer
         // would cost more CPU than the requests themselves.
         s.wake_those_with_room(now);
@@ -374,7 +377,7 @@ impl Drop for RefusalWait<'_> {
 impl Permit<'_> {
     pub fn release(mut self, signal: Signal) {
         self.released = true;
-        self.limiter.release(self.sent_at, signal);
+        self.limiter.release(self.sent_at, self.in_flight, signal);
     }
 }
 
@@ -382,7 +385,8 @@ impl Drop for Permit<'_> {
     fn drop(&mut self) {
         // A request abandoned mid-way (its row's deadline passed) still frees its slot.
         if !self.released {
-            self.limiter.release(self.sent_at, Signal::Neutral);
+            self.limiter
+                .release(self.sent_at, self.in_flight, Signal::Neutral);
         }
     }
 }

@@ -834,6 +834,30 @@ async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrenc
 }
 
 #[tokio::test(start_paused = true)]
+async fn slow_start_ends_against_a_server_with_room_for_two() {
+    // Slow start outlives refusals that say nothing of the endpoint's room
+    // (a burst in a run's first second). Against a server that takes two at
+    // once, every window holds the refusals of slow start's overshoot, so it
+    // must end on the answers to requests sent with at most two in flight.
+    let sim = Sim::over_wire(
+        Server::Capped {
+            cap: 2,
+            latency: LATENCY,
+        },
+        Duration::from_micros(1500),
+        Some(Duration::from_millis(200)),
+    );
+    let run = run_rows(&sim, Concurrency::Adaptive, 300).await;
+    let calls = sim.calls_per_success();
+    eprintln!(
+        "room for two: {:.1} s, {calls:.3} calls/answer",
+        run.seconds
+    );
+    assert_eq!(run.ok, 300);
+    assert!(calls <= 1.3, "{calls:.3} calls per answer");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_whole_capped_run_is_served_near_capacity() {
     // Each way over the wire takes 0.75 to 2.25 ms, so a client must keep
     // a little more than the cap in flight to use all of it; a refusal
