@@ -208,7 +208,11 @@ impl Bursts {
     /// Whether `since_start` falls in a burst.
     pub fn covers(&self, since_start: Duration) -> bool {
         let index = since_start.as_nanos() / self.window.as_nanos().max(1);
-        let schedule = mix(self.schedule).wrapping_mul(u64::from(self.schedule != 0));
+        // Schedule 0 is the one the server had before schedules were named.
+        let schedule = match self.schedule {
+            0 => 0,
+            n => mix(n),
+        };
         roll(mix(index as u64 ^ BURST_WINDOW_SEED ^ schedule)) < self.chance
     }
 

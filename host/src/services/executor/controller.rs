@@ -687,19 +687,26 @@ impl Controller {
         // (Against an endpoint with room for one or two, slow start's
         // overshoot puts refusals in every window, and without the second
         // test slow start went on for the whole run at three calls a row.)
-        let cut_to = cut.max(self.floor).max(1.0).floor();
-        let (ok, lost) = self.by_level[..=(cut_to as usize).min(self.by_level.len() - 1)]
-            .iter()
-            .fold((0, 0), |(ok, lost), t| (ok + t.ok, lost + t.lost));
-        let served_below = ok + lost >= 2 && ok > lost;
-        self.slow_start = self.slow_start && !self.served_full_window && !served_below;
         self.ceiling = self.limit;
         if self.limit <= self.floor {
             // Losses at the floor: the endpoint has less room than it had.
             self.floor = cut.floor().max(1.0);
         }
         self.limit = cut.max(self.floor).max(1.0);
+        self.slow_start = self.slow_start
+            && !self.served_full_window
+            && !self.mostly_answered_up_to(self.limit());
         true
+    }
+
+    /// Whether, in slow start, the requests sent with at most `in_flight`
+    /// on the wire were mostly answered rather than refused.
+    fn mostly_answered_up_to(&self, in_flight: usize) -> bool {
+        let levels = &self.by_level[..=in_flight.min(self.by_level.len() - 1)];
+        let (ok, lost) = levels
+            .iter()
+            .fold((0, 0), |(ok, lost), t| (ok + t.ok, lost + t.lost));
+        ok + lost >= 2 && ok > lost
     }
 
     /// Shrinks the limit so the round trip comes back to `TOLERANCE` times

@@ -733,6 +733,21 @@ async fn against_fixed(
     (adaptive, best.unwrap())
 }
 
+/// Draws `0..count` of a server's hashes, or only `WEIR_SIM_SEED`'s, to
+/// look at one alone.
+fn draws(count: u64) -> impl Iterator<Item = u64> {
+    let only = env_number("WEIR_SIM_SEED");
+    (0..count).filter(move |draw| only.is_none_or(|o| o == *draw))
+}
+
+fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
 /// The adaptive run's time against the best fixed one's, printed under
 /// `name`; fails beyond 1.5 times.
 fn assert_near_best_fixed(name: &str, adaptive: Finished, (n, best): (usize, Finished)) {
@@ -801,12 +816,9 @@ async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrenc
     // run's time (one sent in its last seconds holds it open for a learned
     // attempt timeout), so eight draws of them are run, each adaptive and at
     // fixed concurrencies. `WEIR_SIM_SEED=N` runs draw N alone.
-    let only = std::env::var("WEIR_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok());
     let rows = 2000;
     let mut ratios = Vec::new();
-    for seed in (0..8u64).filter(|s| only.is_none_or(|o| o == *s)) {
+    for seed in draws(8) {
         let server = Server::Faulty {
             cap: 64,
             latency: Duration::from_millis(200),
@@ -825,7 +837,7 @@ async fn hung_and_failing_requests_cost_little_against_the_best_fixed_concurrenc
         );
         ratios.push(adaptive.seconds / best.seconds);
     }
-    let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    let mean = mean(&ratios);
     eprintln!("faulty by draw: adaptive / best fixed {ratios:.2?}, mean {mean:.2}");
     assert!(
         mean <= 1.5,
@@ -920,20 +932,16 @@ async fn dense_error_bursts_on_many_schedules_cost_little_on_average() {
     // fixed concurrencies, say more. `WEIR_SIM_SEED=N` runs schedule N alone
     // (with `WEIR_SIM_TRACE` to see its limit), `WEIR_SIM_SCHEDULES=N` runs
     // N schedules instead of 32.
-    let env = |name| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
-    let (only, schedules) = (
-        env("WEIR_SIM_SEED"),
-        env("WEIR_SIM_SCHEDULES").unwrap_or(32),
-    );
+    let schedules = env_number("WEIR_SIM_SCHEDULES").unwrap_or(32);
     let rows = 2000;
     let mut ratios = Vec::new();
-    for seed in (0..schedules).filter(|s| only.is_none_or(|o| o == *s)) {
+    for seed in draws(schedules) {
         let server = dense_bursts(None, seed.wrapping_mul(0x9E37_79B9));
         let (adaptive, (_, best)) = against_fixed(server, rows, &[32, 64, 128]).await;
         assert_eq!(adaptive.ok, rows);
         ratios.push(adaptive.seconds / best.seconds);
     }
-    let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    let mean = mean(&ratios);
     let beyond = ratios.iter().filter(|&&r| r > 1.5).count();
     eprintln!(
         "dense bursts by schedule: adaptive / best fixed {ratios:.2?}, mean {mean:.2}, \
