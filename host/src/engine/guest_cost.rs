@@ -36,6 +36,14 @@ const BUSY_SHARE: f64 = 0.25;
 /// and with them the latency the adaptive limit reads.
 const LONG_CALL: Duration = Duration::from_millis(2);
 
+/// What the run's guests take of a thread in all when the main thread has
+/// no room left for its own work: calls a quarter as heavy as the
+/// threshold are moved too, since the hand-overs' cost then buys a core
+/// that would otherwise stand idle. A Python guest answered from the
+/// response cache takes about 100 µs per call and, run back to back, most
+/// of a thread.
+const SATURATED_SHARE: f64 = 0.5;
+
 /// A node's guest time per call, as a moving average. Calls run at once
 /// update it without locking: an update lost to a race only slows the
 /// average down.
@@ -106,14 +114,16 @@ impl GuestCost {
 
     /// Whether the calls are worth moving to the guest threads: heavy, and
     /// either long enough to hold up the main thread's I/O or made while
-    /// the run's guests take a good share of a thread.
+    /// the run's guests take a good share of a thread; or, while the guests
+    /// take most of a thread, not cheap.
     pub fn worth_moving(&self, threshold: Duration) -> bool {
         self.worth_moving_at(threshold, Instant::now())
     }
 
     fn worth_moving_at(&self, threshold: Duration, now: Instant) -> bool {
-        self.heavy(threshold)
-            && (self.per_call() >= LONG_CALL || self.load.share_of_a_thread(now) >= BUSY_SHARE)
+        let share = self.load.share_of_a_thread(now);
+        (self.heavy(threshold) && (self.per_call() >= LONG_CALL || share >= BUSY_SHARE))
+            || (share >= SATURATED_SHARE && self.above(threshold / 4))
     }
 
     pub fn calls_on_guest_threads(&self) -> u64 {
@@ -331,6 +341,45 @@ mod tests {
         let share = load.share_of_a_thread(now);
         assert!((0.9..1.1).contains(&share), "{share}");
         assert!(nodes.iter().all(|n| n.worth_moving_at(threshold, now)));
+    }
+
+    #[test]
+    fn calls_below_the_threshold_move_once_the_guests_fill_most_of_a_thread() {
+        let threshold = Duration::from_micros(250);
+        // 100 µs calls, 9,000 a second: most of a thread.
+        let cost = alone();
+        let now = calls_over(
+            &cost,
+            Instant::now(),
+            9_000,
+            Duration::from_secs(1),
+            Duration::from_micros(100),
+        );
+        assert!(!cost.heavy(threshold));
+        assert!(cost.load.share_of_a_thread(now) > 0.8);
+        assert!(cost.worth_moving_at(threshold, now));
+        // The same calls at 3,000 a second leave the main thread room.
+        let cost = alone();
+        let now = calls_over(
+            &cost,
+            Instant::now(),
+            3_000,
+            Duration::from_secs(1),
+            Duration::from_micros(100),
+        );
+        assert!(cost.load.share_of_a_thread(now) < SATURATED_SHARE);
+        assert!(!cost.worth_moving_at(threshold, now));
+        // Calls cheaper than a hand-over stay however many there are.
+        let cost = alone();
+        let now = calls_over(
+            &cost,
+            Instant::now(),
+            30_000,
+            Duration::from_secs(1),
+            Duration::from_micros(40),
+        );
+        assert!(cost.load.share_of_a_thread(now) > 1.0);
+        assert!(!cost.worth_moving_at(threshold, now));
     }
 
     #[test]

@@ -89,10 +89,13 @@ pub fn start(threads: usize, threshold: Option<Duration>) -> std::io::Result<()>
 
 impl GuestThreads {
     /// Where the next heavy call runs: the guest thread (and its number)
-    /// with the fewest calls under way, or this (the main) thread when it
-    /// has fewer still, the call then counted against it until its `Busy`
-    /// is dropped. Every call goes to a guest thread when every call is to
-    /// be handed over.
+    /// with the fewest calls under way unless this (the main) thread has
+    /// fewer still, the call then counted against it until its `Busy` is
+    /// dropped. Every call goes to a guest thread when every call is to be
+    /// handed over. A tie goes to the guest thread: calls that never wait
+    /// (a node without endpoints, answers from the response cache) end
+    /// within one poll, so the main thread has none under way whenever it
+    /// places one, and an idle guest thread would otherwise never get any.
     fn place(&'static self) -> Result<(usize, &'static Worker), Busy> {
         let here = self.local.load(Ordering::Relaxed);
         let least_busy = self
@@ -102,7 +105,7 @@ impl GuestThreads {
             .map(|(i, w)| (i + 1, w, w.calls.load(Ordering::Relaxed)))
             .min_by_key(|&(_, _, calls)| calls);
         match least_busy {
-            Some((thread, worker, calls)) if self.threshold.is_zero() || calls < here => {
+            Some((thread, worker, calls)) if self.threshold.is_zero() || calls <= here => {
                 Ok((thread, worker))
             }
             _ => Err(Busy::new(&self.local)),
@@ -266,5 +269,39 @@ impl<T> Future for AbortOnDrop<T> {
             // aborted on drop: a join error is the call's panic.
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_guest_thread(runtime: &tokio::runtime::Runtime) -> &'static GuestThreads {
+        Box::leak(Box::new(GuestThreads {
+            workers: vec![Worker {
+                handle: runtime.handle().clone(),
+                calls: AtomicUsize::new(0),
+            }],
+            local: AtomicUsize::new(0),
+            threshold: DEFAULT_THRESHOLD,
+        }))
+    }
+
+    #[test]
+    fn an_idle_guest_thread_takes_a_call_and_a_busy_one_leaves_the_next_here() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let threads = one_guest_thread(&runtime);
+        let (thread, worker) = threads.place().ok().expect("an idle guest thread");
+        assert_eq!(thread, 1);
+        let handed = Busy::new(&worker.calls);
+        let here = threads.place().err().expect("the guest thread is busy");
+        assert_eq!(threads.local.load(Ordering::Relaxed), 1);
+        // With one call under way on each, the guest thread takes the next.
+        assert!(threads.place().is_ok());
+        drop((here, handed));
+        assert_eq!(threads.local.load(Ordering::Relaxed), 0);
+        assert_eq!(threads.workers[0].calls.load(Ordering::Relaxed), 0);
     }
 }
