@@ -37,7 +37,7 @@ const BUSY_SHARE: f64 = 0.25;
 const LONG_CALL: Duration = Duration::from_millis(2);
 
 /// What the run's guests take of a thread in all when the main thread has
-/// no room left for its own work: calls a quarter as heavy as the
+/// little room left for its own work: calls a quarter as heavy as the
 /// threshold are moved too, since the hand-overs' cost then buys a core
 /// that would otherwise stand idle. A Python guest answered from the
 /// response cache takes about 100 µs per call and, run back to back, most
@@ -115,7 +115,7 @@ impl GuestCost {
     /// Whether the calls are worth moving to the guest threads: heavy, and
     /// either long enough to hold up the main thread's I/O or made while
     /// the run's guests take a good share of a thread; or, while the guests
-    /// take most of a thread, not cheap.
+    /// take half a thread or more, not cheap.
     pub fn worth_moving(&self, threshold: Duration) -> bool {
         self.worth_moving_at(threshold, Instant::now())
     }
