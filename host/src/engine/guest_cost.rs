@@ -344,42 +344,34 @@ mod tests {
     }
 
     #[test]
-    fn calls_below_the_threshold_move_once_the_guests_fill_most_of_a_thread() {
+    fn calls_below_the_threshold_move_once_the_guests_take_half_a_thread_or_more() {
         let threshold = Duration::from_micros(250);
-        // 100 µs calls, 9,000 a second: most of a thread.
-        let cost = alone();
-        let now = calls_over(
-            &cost,
-            Instant::now(),
-            9_000,
-            Duration::from_secs(1),
-            Duration::from_micros(100),
-        );
-        assert!(!cost.heavy(threshold));
-        assert!(cost.load.share_of_a_thread(now) > 0.8);
-        assert!(cost.worth_moving_at(threshold, now));
+        // `calls` calls of `micros` each within one second, on a node alone.
+        let in_a_second = |calls: u32, micros: u64| {
+            let cost = alone();
+            let now = calls_over(
+                &cost,
+                Instant::now(),
+                calls,
+                Duration::from_secs(1),
+                Duration::from_micros(micros),
+            );
+            let share = cost.load.share_of_a_thread(now);
+            (
+                share,
+                cost.heavy(threshold),
+                cost.worth_moving_at(threshold, now),
+            )
+        };
+        // 100 µs calls, 9,000 a second: most of a thread, and moved.
+        let (share, heavy, moved) = in_a_second(9_000, 100);
+        assert!(share > 0.8 && !heavy && moved, "{share}");
         // The same calls at 3,000 a second leave the main thread room.
-        let cost = alone();
-        let now = calls_over(
-            &cost,
-            Instant::now(),
-            3_000,
-            Duration::from_secs(1),
-            Duration::from_micros(100),
-        );
-        assert!(cost.load.share_of_a_thread(now) < SATURATED_SHARE);
-        assert!(!cost.worth_moving_at(threshold, now));
+        let (share, _, moved) = in_a_second(3_000, 100);
+        assert!(share < SATURATED_SHARE && !moved, "{share}");
         // Calls cheaper than a hand-over stay however many there are.
-        let cost = alone();
-        let now = calls_over(
-            &cost,
-            Instant::now(),
-            30_000,
-            Duration::from_secs(1),
-            Duration::from_micros(40),
-        );
-        assert!(cost.load.share_of_a_thread(now) > 1.0);
-        assert!(!cost.worth_moving_at(threshold, now));
+        let (share, _, moved) = in_a_second(30_000, 40);
+        assert!(share > 1.0 && !moved, "{share}");
     }
 
     #[test]
