@@ -50,6 +50,17 @@ enum Server {
         /// Mixed into the draws of bursts and refusals.
         seed: u64,
     },
+    /// Never full: `outside` per cent of the requests are refused whatever
+    /// the load, and `share` per cent in the first `burst` of every
+    /// `every`, from the start (ChaosLLM's bursts).
+    Periodic {
+        latency: Duration,
+        every: Duration,
+        burst: Duration,
+        share: u64,
+        outside: u64,
+        seed: u64,
+    },
     /// Capped at `cap`, and per mille of requests, chosen by a hash:
     /// `refused` get 429/503/529 at once, `failed` 500/502/504 or a reset
     /// at once, `hung` no answer for 30 to 60 s, holding their slot, and
@@ -223,6 +234,27 @@ impl Sim {
                     return Signal::Overload;
                 }
                 self.capped(*cap, in_flight, *latency).await
+            }
+            Server::Periodic {
+                latency,
+                every,
+                burst,
+                share,
+                outside,
+                seed,
+            } => {
+                let since = Instant::now() - self.started;
+                let into = since.as_nanos() % every.as_nanos();
+                let refused = if into < burst.as_nanos() {
+                    share
+                } else {
+                    outside
+                };
+                if mix(n ^ seed) % 100 < *refused {
+                    return Signal::Overload;
+                }
+                tokio::time::sleep(*latency).await;
+                Signal::Success
             }
             Server::Faulty {
                 cap,
@@ -956,4 +988,45 @@ async fn dense_error_bursts_on_many_schedules_cost_little_on_average() {
         "{beyond} of {} schedules took more than 1.5 times the best fixed",
         ratios.len()
     );
+}
+
+/// ChaosLLM's presets of refusals thrown whatever the load: `outside` per
+/// cent of requests refused with 429/529/503 at any time, and `share` per
+/// cent in the first 5 s of every `every` seconds, from the start; answers
+/// in `latency`, refusals asking for 2 s (the middle of their 1 to 3 s).
+/// `WEIR_SIM_LATENCY_MS` answers in that instead, to look at slower
+/// endpoints.
+#[tokio::test(start_paused = true)]
+async fn chaosllm_refusal_presets_cost_little_against_the_best_fixed_concurrency() {
+    let ms = Duration::from_millis;
+    let latency_asked = env_number("WEIR_SIM_LATENCY_MS").map(ms);
+    for (name, latency, every, share, outside) in [
+        ("stress_aimd", ms(30), 30, 90, 21),
+        ("stress_extreme", ms(10), 15, 97, 31),
+        ("realistic", ms(100), 60, 65, 7),
+    ] {
+        let server = Server::Periodic {
+            latency: latency_asked.unwrap_or(latency),
+            every: Duration::from_secs(every),
+            burst: Duration::from_secs(5),
+            share,
+            outside,
+            seed: 0,
+        };
+        let rows = 2000;
+        let (adaptive, best) = against_fixed(
+            || {
+                Sim::over_wire(
+                    server.clone(),
+                    Duration::from_micros(1500),
+                    Some(Duration::from_secs(2)),
+                )
+            },
+            rows,
+            &[16, 32, 64, 128, 256],
+        )
+        .await;
+        assert_eq!(adaptive.ok, rows);
+        assert_near_best_fixed(name, adaptive, best);
+    }
 }
