@@ -995,11 +995,12 @@ async fn dense_error_bursts_on_many_schedules_cost_little_on_average() {
 /// cent in the first 5 s of every `every` seconds, from the start; answers
 /// in `latency`, refusals asking for 2 s (the middle of their 1 to 3 s).
 /// `WEIR_SIM_LATENCY_MS` answers in that instead, to look at slower
-/// endpoints.
+/// endpoints; every preset is run before any is judged.
 #[tokio::test(start_paused = true)]
 async fn chaosllm_refusal_presets_cost_little_against_the_best_fixed_concurrency() {
     let ms = Duration::from_millis;
     let latency_asked = env_number("WEIR_SIM_LATENCY_MS").map(ms);
+    let mut ratios = Vec::new();
     for (name, latency, every, share, outside) in [
         ("stress_aimd", ms(30), 30, 90, 21),
         ("stress_extreme", ms(10), 15, 97, 31),
@@ -1014,7 +1015,7 @@ async fn chaosllm_refusal_presets_cost_little_against_the_best_fixed_concurrency
             seed: 0,
         };
         let rows = 2000;
-        let (adaptive, best) = against_fixed(
+        let (adaptive, (n, best)) = against_fixed(
             || {
                 Sim::over_wire(
                     server.clone(),
@@ -1027,6 +1028,15 @@ async fn chaosllm_refusal_presets_cost_little_against_the_best_fixed_concurrency
         )
         .await;
         assert_eq!(adaptive.ok, rows);
-        assert_near_best_fixed(name, adaptive, best);
+        let ratio = adaptive.seconds / best.seconds;
+        eprintln!(
+            "{name}: adaptive {:.1} s, best fixed ({n}) {:.1} s, ratio {ratio:.2}",
+            adaptive.seconds, best.seconds
+        );
+        ratios.push((name, ratio));
     }
+    assert!(
+        ratios.iter().all(|(_, ratio)| *ratio <= 1.5),
+        "adaptive against the best fixed: {ratios:?}"
+    );
 }
