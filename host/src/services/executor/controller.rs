@@ -18,7 +18,10 @@
 //! - Losses that do not come from load: after a cut, a window whose loss rate
 //!   did not fall proves the cut useless, so it is undone and the loss rate is
 //!   learned as the endpoint's usual share, which later windows are measured
-//!   against. Random 429s therefore do not ratchet the limit down.
+//!   against. Random 429s therefore do not ratchet the limit down. The
+//!   usual share is also read off the answers by the requests in flight at
+//!   their send: refusals as frequent at a few in flight as at many do not
+//!   come from the load, and that is known before any cut is judged.
 //! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
 //!   no-load estimate shrinks the limit in proportion, which holds the
 //!   server's queue at about half of what it serves at once.
@@ -85,6 +88,14 @@ const SLOW_START_NOISE: f64 = 0.03;
 /// In slow start, answers are counted by the requests in flight when theirs
 /// was sent, up to this many times the initial limit (see `cut_for_losses`).
 const LEVELS_COUNTED: f64 = 2.0;
+/// Bands of requests in flight (powers of two) whose answers are counted
+/// apart (see `Controller::usual_loss`).
+const BANDS: usize = 16;
+/// Answers a band needs before its share refused counts.
+const BAND_SAMPLE: u32 = 64;
+/// A band holding this many answers halves them, so that it follows the
+/// endpoint as it changes.
+const BAND_MEMORY: u32 = 256;
 /// Weight of the newest round trip in the smoothed one.
 const RTT_WEIGHT: f64 = 0.1;
 /// A round trip counts in the smoothed one for at most this many times it.
@@ -220,6 +231,9 @@ pub struct Controller {
     /// In slow start, the answers by the requests in flight when theirs
     /// was sent, up to `LEVELS_COUNTED` times the initial limit.
     by_level: Vec<Tally>,
+    /// Answers by the requests in flight when theirs was sent, in bands of
+    /// powers of two (1, 2–3, 4–7, …), the older halved as they fill.
+    by_band: [Tally; BANDS],
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -257,6 +271,7 @@ impl Controller {
             queue_met: None,
             served_full_window: false,
             by_level: vec![Tally::default(); (LEVELS_COUNTED * limit) as usize + 1],
+            by_band: [Tally::default(); BANDS],
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -366,6 +381,7 @@ impl Controller {
         {
             count(tally, signal);
         }
+        self.count_in_band(in_flight, signal);
         self.tally(sent_at, signal, now);
         // Losses are acted on at once, as the first answers that show them
         // come back (a refusal is quick): waiting for the window would let
@@ -603,12 +619,44 @@ impl Controller {
     /// sent with them, so the answers so far are no measure.
     fn overloaded(&self, lost: u32) -> bool {
         let n = self.limit;
+        let usual = self.usual_loss();
         let p = if self.slow_start {
-            self.usual_loss.max(SLOW_START_NOISE)
+            usual.max(SLOW_START_NOISE)
         } else {
-            self.usual_loss
+            usual
         };
         lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
+    }
+
+    fn count_in_band(&mut self, in_flight: usize, signal: Signal) {
+        let band = (in_flight.max(1).ilog2() as usize).min(BANDS - 1);
+        let tally = &mut self.by_band[band];
+        count(tally, signal);
+        if tally.ok + tally.lost >= BAND_MEMORY {
+            tally.ok /= 2;
+            tally.lost /= 2;
+        }
+    }
+
+    /// The share of attempts refused whatever the load: what an undone cut
+    /// proved, or the least share refused in any band of requests in
+    /// flight with enough answers, whichever is more. A server refuses for
+    /// want of room only above what it takes, so the bands below show no
+    /// refusal; refusals thrown whatever the load show in every band, and
+    /// are known so without waiting for a cut to be judged, which at a few
+    /// slots and a third of the requests refused could take many seconds.
+    fn usual_loss(&self) -> f64 {
+        let least = self
+            .by_band
+            .iter()
+            .filter(|t| t.ok + t.lost >= BAND_SAMPLE)
+            .map(|t| f64::from(t.lost) / f64::from(t.ok + t.lost))
+            .fold(f64::INFINITY, f64::min);
+        if least.is_finite() {
+            self.usual_loss.max(least.min(MAX_USUAL_LOSS))
+        } else {
+            self.usual_loss
+        }
     }
 
     /// Whether the limit is within a slot of where the last cut found the
@@ -647,7 +695,7 @@ impl Controller {
             MAX_CUT
         } else {
             let share = (f64::from(lost) / self.limit).max(self.last_loss.unwrap_or(0.0));
-            (share - self.usual_loss).clamp(MIN_CUT, MAX_CUT)
+            (share - self.usual_loss()).clamp(MIN_CUT, MAX_CUT)
         };
         // Cuts in a row are judged together, against the window before the
         // first. The share refused before is at least the share that set the cut
@@ -784,6 +832,39 @@ fn growth_per_round_trip(limit: f64, ceiling: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A controller that has had answers to 4,000 requests sent with 1 to
+    /// `levels` in flight, in turn, each refused when `refused(i, in_flight)`.
+    fn answered(levels: usize, refused: impl Fn(usize, usize) -> bool) -> Controller {
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 128, start);
+        for i in 0..4000 {
+            let in_flight = i % levels + 1;
+            let sent_at = start + Duration::from_millis(i as u64);
+            let signal = if refused(i, in_flight) {
+                Signal::Overload
+            } else {
+                Signal::Success
+            };
+            controller.on_answer(
+                sent_at + Duration::from_millis(100),
+                sent_at,
+                in_flight,
+                signal,
+            );
+        }
+        controller
+    }
+
+    #[test]
+    fn refusals_at_every_level_in_flight_are_the_endpoints_usual_share() {
+        let random = answered(64, |i, _| i % 10 < 3);
+        let usual = random.usual_loss();
+        assert!((0.25..0.35).contains(&usual), "{usual}");
+        // A server taking 32 refuses only above it: no usual share.
+        let capped = answered(40, |_, in_flight| in_flight > 32);
+        assert_eq!(capped.usual_loss(), 0.0);
+    }
 
     #[test]
     fn a_long_record_of_changes_is_thinned_past_its_start() {
