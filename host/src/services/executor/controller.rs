@@ -89,7 +89,7 @@ const SLOW_START_NOISE: f64 = 0.03;
 /// was sent, up to this many times the initial limit (see `cut_for_losses`).
 const LEVELS_COUNTED: f64 = 2.0;
 /// Bands of requests in flight (powers of two) whose answers are counted
-/// apart (see `Controller::usual_loss`).
+/// apart (see `Controller::usual_share`).
 const BANDS: usize = 16;
 /// Answers a band needs before its share refused counts.
 const BAND_SAMPLE: u32 = 64;
@@ -619,7 +619,7 @@ impl Controller {
     /// sent with them, so the answers so far are no measure.
     fn overloaded(&self, lost: u32) -> bool {
         let n = self.limit;
-        let usual = self.usual_loss();
+        let usual = self.usual_share();
         let p = if self.slow_start {
             usual.max(SLOW_START_NOISE)
         } else {
@@ -628,6 +628,7 @@ impl Controller {
         lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
     }
 
+    /// Counts an answer in the band of the requests in flight at its send.
     fn count_in_band(&mut self, in_flight: usize, signal: Signal) {
         let band = (in_flight.max(1).ilog2() as usize).min(BANDS - 1);
         let tally = &mut self.by_band[band];
@@ -645,7 +646,7 @@ impl Controller {
     /// refusal; refusals thrown whatever the load show in every band, and
     /// are known so without waiting for a cut to be judged, which at a few
     /// slots and a third of the requests refused could take many seconds.
-    fn usual_loss(&self) -> f64 {
+    fn usual_share(&self) -> f64 {
         let least = self
             .by_band
             .iter()
@@ -695,7 +696,7 @@ impl Controller {
             MAX_CUT
         } else {
             let share = (f64::from(lost) / self.limit).max(self.last_loss.unwrap_or(0.0));
-            (share - self.usual_loss()).clamp(MIN_CUT, MAX_CUT)
+            (share - self.usual_share()).clamp(MIN_CUT, MAX_CUT)
         };
         // Cuts in a row are judged together, against the window before the
         // first. The share refused before is at least the share that set the cut
@@ -859,11 +860,11 @@ mod tests {
     #[test]
     fn refusals_at_every_level_in_flight_are_the_endpoints_usual_share() {
         let random = answered(64, |i, _| i % 10 < 3);
-        let usual = random.usual_loss();
+        let usual = random.usual_share();
         assert!((0.25..0.35).contains(&usual), "{usual}");
         // A server taking 32 refuses only above it: no usual share.
         let capped = answered(40, |_, in_flight| in_flight > 32);
-        assert_eq!(capped.usual_loss(), 0.0);
+        assert_eq!(capped.usual_share(), 0.0);
     }
 
     #[test]
