@@ -121,9 +121,10 @@ impl GuestCost {
     }
 
     fn worth_moving_at(&self, threshold: Duration, now: Instant) -> bool {
-        let share = self.load.share_of_a_thread(now);
-        (self.heavy(threshold) && (self.per_call() >= LONG_CALL || share >= BUSY_SHARE))
-            || (share >= SATURATED_SHARE && self.above(threshold / 4))
+        // Read only when it decides: a cheap guest's calls never need it.
+        let share = || self.load.share_of_a_thread(now);
+        (self.heavy(threshold) && (self.per_call() >= LONG_CALL || share() >= BUSY_SHARE))
+            || (self.above(threshold / 4) && share() >= SATURATED_SHARE)
     }
 
     pub fn calls_on_guest_threads(&self) -> u64 {
