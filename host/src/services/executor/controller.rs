@@ -212,6 +212,8 @@ pub struct Controller {
     /// after it and in the current window: losses are judged only on those.
     last_change: Instant,
     since_change: Tally,
+    /// Requests sent since `since_change` was last started over.
+    sent_since_change: u32,
     /// Answers to requests sent since the pending cut, until enough judge it.
     since_cut: Tally,
     last_saturated: Instant,
@@ -262,6 +264,7 @@ impl Controller {
             next: Tally::default(),
             last_change: now,
             since_change: Tally::default(),
+            sent_since_change: 0,
             since_cut: Tally::default(),
             last_saturated: now,
             pending: None,
@@ -348,10 +351,14 @@ impl Controller {
         &self.changes
     }
 
-    /// Every slot was taken at `now`: answers to requests out at that moment
-    /// may grow the limit, since a bigger one would have been used.
-    pub fn saturated(&mut self, now: Instant) {
-        self.last_saturated = now;
+    /// A request was sent at `now`. `saturated`: it took the last slot, so
+    /// answers to requests out at that moment may grow the limit, since a
+    /// bigger one would have been used.
+    pub fn on_send(&mut self, now: Instant, saturated: bool) {
+        self.sent_since_change = self.sent_since_change.saturating_add(1);
+        if saturated {
+            self.last_saturated = now;
+        }
     }
 
     /// `in_flight`: requests on the wire once this one was sent, itself
@@ -394,7 +401,7 @@ impl Controller {
             let lost = self.since_change.lost;
             // A cut not yet judged is not cut again, since whether it helped
             // decides what the refusals were, unless they are massive.
-            let massive = f64::from(lost) > MASSIVE_LOSS * self.limit;
+            let massive = f64::from(lost) > MASSIVE_LOSS * self.at_risk();
             if signal == Signal::Overload
                 && (self.pending.is_none() || massive)
                 && self.overloaded(lost)
@@ -491,6 +498,7 @@ impl Controller {
     fn changed(&mut self, now: Instant) {
         self.last_change = now;
         self.since_change = Tally::default();
+        self.sent_since_change = 0;
         self.since_cut = Tally::default();
     }
 
@@ -565,6 +573,7 @@ impl Controller {
         }
         // Losses are weighed per round trip, not summed over many.
         self.since_change = Tally::default();
+        self.sent_since_change = 0;
         if now < self.window.start + 3 * len {
             self.window.start += len;
             self.window.tally = next;
@@ -614,11 +623,11 @@ impl Controller {
     }
 
     /// More losses than the usual share explains: beyond two standard
-    /// deviations of it over the requests of a round trip (any loss at all
+    /// deviations of it over the requests they came from (any loss at all
     /// while the usual share is nil). Refusals come back before the answers
     /// sent with them, so the answers so far are no measure.
     fn overloaded(&self, lost: u32) -> bool {
-        let n = self.limit;
+        let n = self.at_risk();
         let usual = self.usual_share();
         let p = if self.slow_start {
             usual.max(SLOW_START_NOISE)
@@ -626,6 +635,18 @@ impl Controller {
             usual
         };
         lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
+    }
+
+    /// The requests that refusals since the last change came from: a round
+    /// trip's worth (the limit), or those sent since, when more. A refusal
+    /// comes back at once and its slot goes to the next request, so a round
+    /// trip sends more than the limit where many are refused. Counted
+    /// against the limit alone, a fifth refused whatever the load looked
+    /// like overload at every other window against answers as slow as a
+    /// model's, and cut after cut held the limit at a sixth of what the
+    /// endpoint took.
+    fn at_risk(&self) -> f64 {
+        self.limit.max(f64::from(self.sent_since_change))
     }
 
     /// Counts an answer in the band of the requests in flight at its send.
@@ -703,7 +724,12 @@ impl Controller {
         // off: a window of a few requests often holds no refusal even where
         // a tenth are refused at random, and a cut measured against none
         // could never be found useless.
-        let first = self.pending.take();
+        // A cut the limit has since grown past (slow start goes on after a
+        // cut until the endpoint shows room) is no longer what is judged:
+        // one made in a run's first burst of refusals at 4 slots was still
+        // pending at 46, and the cuts merged into it were measured against
+        // that burst and kept.
+        let first = self.pending.take().filter(|cut| self.limit <= cut.before);
         // One refusal where the last cut was made, no other cut pending:
         // the probe found the same edge again, so one slot below it is
         // enough. A share (at least `MIN_CUT`) each time cost a run against
@@ -865,6 +891,39 @@ mod tests {
         // A server taking 32 refuses only above it: no usual share.
         let capped = answered(40, |_, in_flight| in_flight > 32);
         assert_eq!(capped.usual_share(), 0.0);
+    }
+
+    #[test]
+    fn refusals_are_weighed_against_the_requests_sent_not_the_limit() {
+        // An endpoint known to refuse a fifth whatever the load; then a
+        // round trip in which refusals come back at once and their slots
+        // are used again, so that twice the limit is sent and a fifth of
+        // that refused.
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 128, start);
+        let limit = controller.start_from(64, 32) as usize;
+        controller.by_band[3] = Tally {
+            ok: 80,
+            lost: 20,
+            rtt_sum: 0.0,
+        };
+        let at = start + Duration::from_millis(10);
+        for i in 0..2 * limit {
+            controller.on_send(at, false);
+            if i % 5 == 0 {
+                controller.on_answer(at, at, limit, Signal::Overload);
+            }
+        }
+        assert_eq!(controller.limit(), limit, "cut for the usual share");
+        // Refusals of a third of what was sent are more than that share.
+        for _ in 0..2 * limit / 3 {
+            controller.on_answer(at, at, limit, Signal::Overload);
+        }
+        assert!(
+            controller.limit() < limit,
+            "not cut at {}",
+            controller.limit()
+        );
     }
 
     #[test]

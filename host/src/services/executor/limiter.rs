@@ -143,9 +143,8 @@ impl Limiter {
         let mut s = self.lock();
         let now = Instant::now();
         s.in_flight += 1;
-        if s.in_flight >= s.controller.limit() {
-            s.controller.saturated(now);
-        }
+        let saturated = s.in_flight >= s.controller.limit();
+        s.controller.on_send(now, saturated);
         let (limit, rtt) = (s.controller.limit(), s.controller.srtt());
         s.pacing.dispatched(now, limit, rtt);
         if let Some(mut place) = place {
