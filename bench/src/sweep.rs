@@ -25,39 +25,42 @@ struct Sweep {
 /// ceiling) is the largest.
 const FIXED: [usize; 4] = [16, 32, 64, 128];
 
-fn sweeps() -> Vec<Sweep> {
-    let latency = Duration::from_millis(100);
+/// The sweeps with answers in `latency`; slower answers take their runs'
+/// time limits up in proportion.
+fn sweeps(latency: Duration) -> Vec<Sweep> {
+    let slower = (latency.as_secs_f64() / 0.1).max(1.0);
     vec![
         Sweep {
             name: "random error bursts (3 % 429/529/503 at any time, 80 % in bursts a quarter \
-                   of the time), capacity 64, 100 ms latency",
+                   of the time), capacity 64",
             rows: 2000,
             script: Script {
                 capacity: Some(64),
                 ..presets::error_bursts(latency)
             },
-            limit: Duration::from_secs(120),
+            limit: Duration::from_secs(120).mul_f64(slower),
             schedules: &[0, 1, 2],
         },
         Sweep {
             name: "chaos preset (25 % faults: 429/529/503/502/504/500, resets, 1.25 % hangs of \
-                   30-60 s, HTML and truncated bodies; 3 % slow), 100 ms latency",
+                   30-60 s, HTML and truncated bodies; 3 % slow)",
             rows: 1000,
             script: presets::chaos(latency),
-            limit: Duration::from_secs(180),
+            limit: Duration::from_secs(180).mul_f64(slower),
             schedules: &[0],
         },
     ]
 }
 
 pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
-    for sweep in sweeps() {
+    let latency = Duration::from_millis(args.sweep_latency_ms);
+    for sweep in sweeps(latency) {
         if args.skips(sweep.name) {
             continue;
         }
         let mut ratios = Vec::new();
         for &schedule in sweep.schedules {
-            ratios.extend(run_sweep(weir, &sweep, schedule).await?);
+            ratios.extend(run_sweep(weir, &sweep, latency, schedule).await?);
         }
         if sweep.schedules.len() > 1 && !ratios.is_empty() {
             let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
@@ -74,7 +77,12 @@ pub async fn report(args: &Args, weir: &Path) -> anyhow::Result<()> {
 
 /// Returns the adaptive run's time over the best fixed run's, when both
 /// finished.
-async fn run_sweep(weir: &Path, sweep: &Sweep, schedule: u64) -> anyhow::Result<Option<f64>> {
+async fn run_sweep(
+    weir: &Path,
+    sweep: &Sweep,
+    latency: Duration,
+    schedule: u64,
+) -> anyhow::Result<Option<f64>> {
     let script = Script {
         bursts: sweep
             .script
@@ -84,10 +92,11 @@ async fn run_sweep(weir: &Path, sweep: &Sweep, schedule: u64) -> anyhow::Result<
         ..sweep.script.clone()
     };
     let sweep = &Sweep { script, ..*sweep };
+    let ms = latency.as_millis();
     match sweep.schedules.len() {
-        1 => println!("  {}, {} rows", sweep.name, sweep.rows),
+        1 => println!("  {}, {ms} ms latency, {} rows", sweep.name, sweep.rows),
         _ => println!(
-            "  {}, {} rows, burst schedule {schedule}",
+            "  {}, {ms} ms latency, {} rows, burst schedule {schedule}",
             sweep.name, sweep.rows
         ),
     }
