@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Goodput of one run against N shards run at once, on one capacity-capped
 # endpoint (the test LLM server, a test tool: it answers 429 beyond its
-# capacity), neither told the cap. Prints rows/s of each and their ratio.
-#   bench/shards.sh [ROWS] [SHARDS] [CAPACITY] [LATENCY_MS]
+# capacity, with `Retry-After: 0`), neither told the cap. Prints rows/s of
+# each and their ratio. STAGGER_MS starts the shards that far apart, as a
+# scheduler starting pods one after another does; WEIR runs another build.
+#   bench/shards.sh [ROWS] [SHARDS] [CAPACITY] [LATENCY_MS] [STAGGER_MS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rows=${1:-4000}
 shards=${2:-4}
 capacity=${3:-32}
 latency=${4:-100}
+stagger=${5:-0}
 cargo build --release -q -p weir
 cargo build --release -q -p weir-test-llm-server
 target=${CARGO_TARGET_DIR:-$PWD/target}
-weir=$target/release/weir
+weir=${WEIR:-$target/release/weir}
 work=$(mktemp -d)
 trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
 port=18300
@@ -54,6 +57,7 @@ pids=()
 for ((i = 0; i < shards; i++)); do
   "$weir" run "$work/sharded.yaml" --shard "$i/$shards" --no-progress 2>"$work/shard-$i.log" &
   pids+=($!)
+  if ((stagger > 0)); then sleep "$((stagger / 1000)).$(printf %03d $((stagger % 1000)))"; fi
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 "$weir" merge "$work/sharded.yaml" --shards "$shards" >/dev/null

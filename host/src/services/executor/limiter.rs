@@ -9,6 +9,11 @@
 //! one before it to be taken: a request in line waits on a thread that may be
 //! running a guest's call, so slots freed together would be refilled one
 //! thread turn after another while the endpoint sat idle.
+//!
+//! A refused request waits out its back-off outside the line. When the
+//! server gave no word on how long, the back-off is a guess, and it ends
+//! early once an answer shows the endpoint has room that nothing in line
+//! will take (see `Limiter::wait_out_refusal`).
 
 use super::arrivals::Arrivals;
 use super::clock;
@@ -51,6 +56,10 @@ struct State {
     refusal_wait: Duration,
     /// Refused requests waiting to be sent again.
     waiting_out_refusals: usize,
+    /// Those of them whose back-off may end early, first refused first.
+    backing_off: VecDeque<Waiter>,
+    /// Woken from `backing_off` and not yet back in line.
+    woken_early: usize,
     /// The rows still to enter the run, once told.
     rows_to_come: Option<Arc<RowsToCome>>,
 }
@@ -102,6 +111,8 @@ impl Limiter {
                 arrivals: Arrivals::default(),
                 refusal_wait: Duration::ZERO,
                 waiting_out_refusals: 0,
+                backing_off: VecDeque::new(),
+                woken_early: 0,
                 rows_to_come: None,
             }),
         }
@@ -175,6 +186,30 @@ impl Limiter {
         RefusalWait { limiter: self }
     }
 
+    /// Waits out a refusal: `wait`, the server's word (`asked`) or a
+    /// back-off. What the server asked is waited in full; the rest of a
+    /// back-off weir chose ends as soon as an answer comes back while a slot
+    /// is free that no request in line takes. The back-off spreads retries
+    /// out so that a full endpoint is not sent them as fast as it refuses
+    /// them; once it answers with a slot to spare, waiting on leaves the
+    /// slot idle. (Answers reach the limiter with adaptive concurrency on.)
+    /// Shards of one run started 70 ms apart against a server capped at 32
+    /// and saying nothing of when to come back left their last rows waiting
+    /// back-offs of seconds after the others had finished.
+    pub async fn wait_out_refusal(&self, wait: Duration, asked: Option<Duration>) {
+        let _waiting_out = self.refusal_wait(wait);
+        let start = Instant::now();
+        let until = start + wait;
+        if let Some(asked) = asked {
+            tokio::time::sleep_until(start + asked.min(wait)).await;
+        }
+        if Instant::now() >= until {
+            return;
+        }
+        let place = BackingOff::join(self);
+        clock::wait(std::pin::pin!(place.wake.notified()), Some(until)).await;
+    }
+
     /// See `Executor::expect_rows`.
     pub fn expect_rows(&self, rows: Arc<RowsToCome>) {
         self.lock().rows_to_come = Some(rows);
@@ -223,6 +258,9 @@ impl Limiter {
         // Only those a slot is free for: waking every waiter on every answer
         // would cost more CPU than the requests themselves.
         s.wake_those_with_room(now);
+        if signal == Signal::Success {
+            s.end_back_offs_with_room(now);
+        }
     }
 }
 
@@ -360,6 +398,54 @@ impl State {
             waiter.wake.notify_one();
         }
     }
+
+    /// Ends the back-offs of as many refused requests as there are slots
+    /// free beyond those the line and the requests already woken will take.
+    fn end_back_offs_with_room(&mut self, now: Instant) {
+        let taken = self.retries_waiting.len() + self.waiting.len() + self.woken_early;
+        let spare = self.room(now).saturating_sub(taken);
+        for _ in 0..spare {
+            let Some(waiter) = self.backing_off.pop_front() else {
+                break;
+            };
+            waiter.wake.notify_one();
+            self.woken_early += 1;
+        }
+    }
+}
+
+/// A refused request whose back-off may end early, while it waits.
+struct BackingOff<'a> {
+    limiter: &'a Limiter,
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+impl<'a> BackingOff<'a> {
+    fn join(limiter: &'a Limiter) -> Self {
+        let mut s = limiter.lock();
+        let id = s.next_waiter;
+        s.next_waiter += 1;
+        let wake = Arc::new(Notify::new());
+        s.backing_off.push_back(Waiter {
+            id,
+            wake: Arc::clone(&wake),
+        });
+        Self { limiter, id, wake }
+    }
+}
+
+impl Drop for BackingOff<'_> {
+    fn drop(&mut self) {
+        let mut s = self.limiter.lock();
+        match s.backing_off.iter().position(|w| w.id == self.id) {
+            Some(at) => {
+                s.backing_off.remove(at);
+            }
+            // Woken: it leaves for the line now.
+            None => s.woken_early -= 1,
+        }
+    }
 }
 
 /// A refused request waiting to be sent again; see `Limiter::refusal_wait`.
@@ -459,6 +545,54 @@ mod tests {
         }
         let limit = limiter.snapshot().limit;
         assert!((1..=4).contains(&limit), "{limit}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_back_off_the_server_did_not_ask_for_ends_when_an_answer_leaves_a_slot_idle() {
+        let limiter = Arc::new(Limiter::new(1, 1));
+        let start = Instant::now();
+        let refused = limiter.acquire(None, false).await.unwrap();
+        refused.release(Signal::Overload);
+        let back_off = |asked| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                limiter
+                    .wait_out_refusal(Duration::from_secs(10), asked)
+                    .await;
+                Instant::now() - start
+            })
+        };
+        let (guessed, asked) = (back_off(None), back_off(Some(Duration::from_secs(10))));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // One request on the wire and one in line for the only slot.
+        let first = limiter.acquire(None, false).await.unwrap();
+        let in_line = {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let permit = limiter.acquire(None, false).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                permit.release(Signal::Success);
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Answered, but the request in line takes the slot.
+        first.release(Signal::Success);
+        in_line.await.unwrap();
+        let guessed = guessed.await.unwrap();
+        assert!(
+            guessed >= Duration::from_millis(210) && guessed < Duration::from_millis(250),
+            "ends with the answer that leaves the slot idle: {guessed:?}"
+        );
+        assert_eq!(
+            asked.await.unwrap(),
+            Duration::from_secs(10),
+            "the server's word is waited out"
+        );
+        assert_eq!(
+            limiter.rows_wanted(),
+            rows_wanted_at(1),
+            "none left waiting"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -96,11 +96,19 @@ impl Endpoint {
                 cost,
             });
             if let (Some(wait), Some(cause)) = (wait, cause) {
-                let _waiting_out =
-                    (cause == RetryCause::Capacity).then(|| self.limiter.refusal_wait(wait));
                 policy.retried(cause, self.breaker.state() == BreakerState::Closed);
                 self.stats.retried(cause);
-                tokio::time::sleep(wait).await;
+                if cause == RetryCause::Capacity {
+                    let asked = match tried.verdict {
+                        Verdict::Capacity { retry_after } => retry_after,
+                        // Sat in the server's queue: the back-off eases the
+                        // queue, which no answer's room says is gone.
+                        _ => Some(wait),
+                    };
+                    self.limiter.wait_out_refusal(wait, asked).await;
+                } else {
+                    tokio::time::sleep(wait).await;
+                }
                 continue;
             }
             let elapsed = first_attempt.elapsed();

@@ -117,6 +117,18 @@ impl Sim {
         }
     }
 
+    /// Waits before a request is sent again, as the executor waits: a
+    /// refusal through the limiter, which may end what of the back-off the
+    /// server did not ask for early.
+    async fn wait_out(&self, limiter: &Limiter, signal: Signal, retries: u32) {
+        let wait = self.retry_wait(signal, retries);
+        if signal == Signal::Overload {
+            limiter.wait_out_refusal(wait, self.retry_after).await;
+        } else {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     fn over_wire(server: Server, wire: Duration, retry_after: Option<Duration>) -> Rc<Self> {
         let slots = match &server {
             Server::Queueing { slots, .. } => *slots,
@@ -389,10 +401,7 @@ async fn drive(sim: &Rc<Sim>, pool: usize, workers: usize, run: Duration) -> Rc<
                     if signal == Signal::Success || Instant::now() >= end {
                         break;
                     }
-                    let wait = sim.retry_wait(signal, retries);
-                    let _waiting_out =
-                        (signal == Signal::Overload).then(|| limiter.refusal_wait(wait));
-                    tokio::time::sleep(wait).await;
+                    sim.wait_out(&limiter, signal, retries).await;
                     retries += 1;
                 }
             }
@@ -542,10 +551,7 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Durati
                         if signal == Signal::Success {
                             break;
                         }
-                        let wait = sim.retry_wait(signal, retries);
-                        let _waiting_out =
-                            (signal == Signal::Overload).then(|| limiter.refusal_wait(wait));
-                        tokio::time::sleep(wait).await;
+                        sim.wait_out(&limiter, signal, retries).await;
                         retries += 1;
                     }
                     *done.borrow_mut() += 1;
@@ -575,29 +581,40 @@ async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
     let one = Sim::new(server.clone());
     let single = drive_shards(&one, 1, total, Duration::ZERO).await[0];
     // Processes started together begin sending a little apart, and the
-    // first to begin has the server to itself for a moment.
-    // `WEIR_SIM_STAGGER_MS` sets how far apart (40 ms unless told).
-    let stagger = Duration::from_millis(env_number("WEIR_SIM_STAGGER_MS").unwrap_or(40));
-    let four = Sim::new(server);
-    let shards = drive_shards(&four, 4, total / 4, stagger).await;
-    let last = shards.iter().cloned().fold(0.0, f64::max);
-    let calls = four.calls_per_success();
-    eprintln!(
-        "one run {single:.2} s ({:.3} calls/answer); 4 shards {shards:.2?} ({calls:.3} \
-         calls/answer); ratio {:.2}",
-        one.calls_per_success(),
-        single / last
-    );
+    // first to begin has the server to itself for a moment; a scheduler
+    // starting pods one after another puts tens of milliseconds between
+    // them. `WEIR_SIM_STAGGER_MS` runs one stagger alone.
+    let staggers = match env_number("WEIR_SIM_STAGGER_MS") {
+        Some(ms) => vec![ms],
+        None => (10..=100).step_by(10).collect(),
+    };
+    let mut ratios = Vec::new();
+    for ms in staggers {
+        let four = Sim::new(server.clone());
+        let shards = drive_shards(&four, 4, total / 4, Duration::from_millis(ms)).await;
+        let last = shards.iter().cloned().fold(0.0, f64::max);
+        let calls = four.calls_per_success();
+        eprintln!(
+            "one run {single:.2} s ({:.3} calls/answer); 4 shards {ms} ms apart {shards:.2?} \
+             ({calls:.3} calls/answer); ratio {:.2}",
+            one.calls_per_success(),
+            single / last
+        );
+        ratios.push((ms, single / last));
+        if ms == 40 {
+            assert!(calls <= 1.12, "{calls:.3} calls per answer");
+        }
+    }
     // Each limiter learns its share from its own refusals, with no word from
-    // the others: together they keep the server as busy as one does.
-    // 0.93 to 0.95 started 10 to 40 ms apart. Further apart, slow starts
-    // that overlap late leave a shard at one or two slots against a full
-    // server: see BENCHMARKS.md.
+    // the others: together they keep the server about as busy as one does.
+    // A shard whose slow start overlaps late is cut to one or two slots
+    // against the full server, and its rows' back-offs would hold it back
+    // after the others finish (0.55 of one run at 70 ms) did a back-off the
+    // server did not ask for not end once it answers with room to spare.
     assert!(
-        single / last >= 0.92,
-        "4 shards took {last:.2} s, one run {single:.2} s"
+        ratios.iter().all(|(_, ratio)| *ratio >= 0.85),
+        "4 shards against one run (stagger ms, ratio): {ratios:.2?}"
     );
-    assert!(calls <= 1.12, "{calls:.3} calls per answer");
 }
 
 /// How a simulated client sets its requests in flight.
@@ -723,10 +740,9 @@ async fn request(
                 return true;
             }
             Some(Signal::Overload) => {
-                let wait = sim.retry_wait(Signal::Overload, capacity_retries);
+                sim.wait_out(limiter, Signal::Overload, capacity_retries)
+                    .await;
                 capacity_retries += 1;
-                let _waiting_out = limiter.refusal_wait(wait);
-                tokio::time::sleep(wait).await;
                 continue;
             }
             Some(Signal::Neutral) if retries < MAX_RETRIES => {
