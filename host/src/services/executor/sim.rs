@@ -117,9 +117,9 @@ impl Sim {
         }
     }
 
-    /// Waits before a request is sent again, as the executor waits: a
-    /// refusal through the limiter, which may end what of the back-off the
-    /// server did not ask for early.
+    /// Waits before a request is sent again, as the executor waits: after a
+    /// refusal through the limiter, which may end early the part of the
+    /// back-off the server did not ask for.
     async fn wait_out(&self, limiter: &Limiter, signal: Signal, retries: u32) {
         let wait = self.retry_wait(signal, retries);
         if signal == Signal::Overload {
@@ -617,9 +617,10 @@ async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
     // after the others finish (0.55 of one run at 70 ms over no wire, 0.70
     // at 100 ms over a wire) did a back-off the server did not ask for not
     // end once it answers with room to spare.
+    let mean = ratios.iter().map(|(_, _, ratio)| ratio).sum::<f64>() / ratios.len() as f64;
     assert!(
-        ratios.iter().all(|(_, _, ratio)| *ratio >= 0.85),
-        "4 shards against one run (wire, stagger ms, ratio): {ratios:.2?}"
+        ratios.iter().all(|(_, _, ratio)| *ratio >= 0.85) && mean >= 0.92,
+        "4 shards against one run (wire, stagger ms, ratio): {ratios:.2?}, mean {mean:.3}"
     );
 }
 
