@@ -402,6 +402,9 @@ impl State {
     /// Ends the back-offs of as many refused requests as there are slots
     /// free beyond those the line and the requests already woken will take.
     fn end_back_offs_with_room(&mut self, now: Instant) {
+        if self.backing_off.is_empty() {
+            return;
+        }
         let taken = self.retries_waiting.len() + self.waiting.len() + self.woken_early;
         let spare = self.room(now).saturating_sub(taken);
         for _ in 0..spare {
