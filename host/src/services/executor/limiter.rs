@@ -179,7 +179,7 @@ impl Limiter {
     /// back-off) before it is sent again, until the guard returned is
     /// dropped: what a refusal costs a run in its last stretch, and a
     /// request still to come although it is not in line.
-    pub fn refusal_wait(&self, wait: Duration) -> RefusalWait<'_> {
+    fn refusal_wait(&self, wait: Duration) -> RefusalWait<'_> {
         let mut s = self.lock();
         s.refusal_wait = wait;
         s.waiting_out_refusals += 1;
@@ -284,13 +284,8 @@ struct Place<'a> {
 impl<'a> Place<'a> {
     fn join(limiter: &'a Limiter, lane: Lane) -> Self {
         let mut s = limiter.lock();
-        let id = s.next_waiter;
-        s.next_waiter += 1;
-        let wake = Arc::new(Notify::new());
-        let waiter = Waiter {
-            id,
-            wake: Arc::clone(&wake),
-        };
+        let waiter = s.new_waiter();
+        let (id, wake) = (waiter.id, Arc::clone(&waiter.wake));
         match lane {
             Lane::New => s.waiting.push_back(waiter),
             Lane::Retry => s.retries_waiting.push_back(waiter),
@@ -384,8 +379,16 @@ impl State {
             Lane::New => &mut self.waiting,
             Lane::Retry => &mut self.retries_waiting,
         };
-        if let Some(at) = line.iter().position(|w| w.id == id) {
-            line.remove(at);
+        remove_waiter(line, id);
+    }
+
+    /// A waiter with the next id, its ids rising in the order they joined.
+    fn new_waiter(&mut self) -> Waiter {
+        let id = self.next_waiter;
+        self.next_waiter += 1;
+        Waiter {
+            id,
+            wake: Arc::new(Notify::new()),
         }
     }
 
@@ -417,6 +420,12 @@ impl State {
     }
 }
 
+/// Takes the waiter `id` out of `line`; whether it was there.
+fn remove_waiter(line: &mut VecDeque<Waiter>, id: u64) -> bool {
+    let at = line.iter().position(|w| w.id == id);
+    at.and_then(|at| line.remove(at)).is_some()
+}
+
 /// A refused request whose back-off may end early, while it waits.
 struct BackingOff<'a> {
     limiter: &'a Limiter,
@@ -427,13 +436,9 @@ struct BackingOff<'a> {
 impl<'a> BackingOff<'a> {
     fn join(limiter: &'a Limiter) -> Self {
         let mut s = limiter.lock();
-        let id = s.next_waiter;
-        s.next_waiter += 1;
-        let wake = Arc::new(Notify::new());
-        s.backing_off.push_back(Waiter {
-            id,
-            wake: Arc::clone(&wake),
-        });
+        let waiter = s.new_waiter();
+        let (id, wake) = (waiter.id, Arc::clone(&waiter.wake));
+        s.backing_off.push_back(waiter);
         Self { limiter, id, wake }
     }
 }
@@ -441,12 +446,9 @@ impl<'a> BackingOff<'a> {
 impl Drop for BackingOff<'_> {
     fn drop(&mut self) {
         let mut s = self.limiter.lock();
-        match s.backing_off.iter().position(|w| w.id == self.id) {
-            Some(at) => {
-                s.backing_off.remove(at);
-            }
-            // Woken: it leaves for the line now.
-            None => s.woken_early -= 1,
+        // Not there: woken, it leaves for the line now.
+        if !remove_waiter(&mut s.backing_off, self.id) {
+            s.woken_early -= 1;
         }
     }
 }
