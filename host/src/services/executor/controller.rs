@@ -85,9 +85,6 @@ const MIN_JUDGED_COLLAPSED: u32 = 4;
 /// run far below an endpoint's 64 slots for seconds, while slow start's
 /// overshoot of a real edge is refused by the dozen.
 const SLOW_START_NOISE: f64 = 0.03;
-/// In slow start, answers are counted by the requests in flight when theirs
-/// was sent, up to this many times the initial limit (see `cut_for_losses`).
-const LEVELS_COUNTED: f64 = 2.0;
 /// Bands of requests in flight (powers of two) whose answers are counted
 /// apart (see `Controller::usual_share`).
 const BANDS: usize = 16;
@@ -230,11 +227,10 @@ pub struct Controller {
     /// A window at a full limit came back without a refusal: the endpoint
     /// took that many at once.
     served_full_window: bool,
-    /// In slow start, the answers by the requests in flight when theirs
-    /// was sent, up to `LEVELS_COUNTED` times the initial limit.
-    by_level: Vec<Tally>,
     /// Answers by the requests in flight when theirs was sent, in bands of
-    /// powers of two (1, 2–3, 4–7, …), the older halved as they fill.
+    /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
+    /// the endpoint refuses whatever the load (`usual_share`), and whether
+    /// slow start's refusals came from above a cut (`mostly_answered_up_to`).
     by_band: [Tally; BANDS],
     peak: f64,
     changes: Vec<(Duration, u32)>,
@@ -273,7 +269,6 @@ impl Controller {
             last_refusal: None,
             queue_met: None,
             served_full_window: false,
-            by_level: vec![Tally::default(); (LEVELS_COUNTED * limit) as usize + 1],
             by_band: [Tally::default(); BANDS],
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
@@ -382,11 +377,6 @@ impl Controller {
                 let served = (cut.before * (1.0 - share)).max(self.limit);
                 self.ceiling = self.ceiling.min(served);
             }
-        }
-        if self.slow_start
-            && let Some(tally) = self.by_level.get_mut(in_flight)
-        {
-            count(tally, signal);
         }
         self.count_in_band(in_flight, signal);
         self.tally(sent_at, signal, now);
@@ -774,11 +764,13 @@ impl Controller {
         true
     }
 
-    /// Whether, in slow start, the requests sent with at most `in_flight`
-    /// on the wire were mostly answered rather than refused.
+    /// Whether the requests sent with at most `in_flight` on the wire were
+    /// mostly answered rather than refused: those of the bands that lie
+    /// wholly at or below it. In slow start the bands hold nothing else,
+    /// since no answer came after it.
     fn mostly_answered_up_to(&self, in_flight: usize) -> bool {
-        let levels = &self.by_level[..=in_flight.min(self.by_level.len() - 1)];
-        let (ok, lost) = levels
+        let whole = (in_flight + 1).ilog2() as usize;
+        let (ok, lost) = self.by_band[..whole.min(BANDS)]
             .iter()
             .fold((0, 0), |(ok, lost), t| (ok + t.ok, lost + t.lost));
         ok + lost >= 2 && ok > lost
