@@ -766,8 +766,8 @@ impl Controller {
 
     /// Whether the requests sent with at most `in_flight` on the wire were
     /// mostly answered rather than refused: those of the bands that lie
-    /// wholly at or below it. In slow start the bands hold nothing else,
-    /// since no answer came after it.
+    /// wholly at or below it. While slow start lasts, the bands hold only
+    /// its answers.
     fn mostly_answered_up_to(&self, in_flight: usize) -> bool {
         let whole = (in_flight + 1).ilog2() as usize;
         let (ok, lost) = self.by_band[..whole.min(BANDS)]
