@@ -57,6 +57,10 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
         message.contains(&format!("weir run {} --resume", p.display())),
         "{message}"
     );
+    assert!(
+        message.contains("rows     0 finished before the stop: 0 ok, 0 failed; 0 written"),
+        "{message}"
+    );
     assert_eq!(run_status(&ws), "interrupted");
     assert_eq!(
         audit_value::<i64>(&ws, "SELECT count(*) FROM row_outcomes"),
@@ -204,6 +208,13 @@ async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary
     assert_eq!(run_status(&ws), "interrupted");
     let sent_before = server.served().len();
     assert!(sent_before < 300, "the run went on after the signal");
+    // Requests that waited for a slot when the signal came were never sent:
+    // they are not the endpoint's, nor its failures.
+    let endpoint = format!("endpoint llm: {sent_before} requests, {sent_before} ok, 0 failed");
+    assert!(
+        message.contains(&endpoint),
+        "expected `{endpoint}`: {message}"
+    );
     let done = audit_value::<usize>(&ws, "SELECT count(*) FROM row_outcomes");
     let locks = std::fs::read_dir(ws.path(".")).unwrap().filter(|e| {
         e.as_ref()

@@ -221,9 +221,16 @@ impl RunReport {
                 let _ = write!(ends, ", {count} {what}");
             }
         }
+        // A stopped run read rows it did not finish; they keep no outcome
+        // and are not counted here, so "read" would say the source was short.
+        let counted = if self.stopped.is_some() {
+            "finished before the stop"
+        } else {
+            "read"
+        };
         let _ = writeln!(
             s,
-            "  rows     {} read: {ends}; {} written",
+            "  rows     {} {counted}: {ends}; {} written",
             self.rows_total, self.rows_written
         );
         let (prompt, completion) = self.endpoints.iter().fold((0, 0), |(p, c), e| {

@@ -298,10 +298,17 @@ impl Endpoint {
         attempts: u32,
         first: Option<Instant>,
     ) -> CallError {
-        self.stats.finished(false);
         if self.health.stop().is_draining() {
+            // A request never sent was not one of the endpoint's: counted as
+            // failed, a run stopped while rows waited for a slot reported
+            // failures the endpoint never had.
+            match attempts {
+                0 => self.stats.request_withdrawn(),
+                _ => self.stats.finished(false),
+            }
             return CallError::Transport("not sent: the run is stopping".to_string());
         }
+        self.stats.finished(false);
         let spent = first.map_or(0.0, |f| f.elapsed().as_secs_f64());
         let why = if row_deadline_first {
             ROW_DEADLINE_PASSED.to_string()
