@@ -61,6 +61,19 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
         message.contains("rows     0 finished before the stop: 0 ok, 0 failed; 0 written"),
         "{message}"
     );
+    // The calls the stop cut, still retrying, are neither answered nor failed.
+    let counts: Vec<u64> = message
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("endpoint llm: "))
+        .and_then(|l| l.split(';').next())
+        .expect("the endpoint's line")
+        .split(", ")
+        .map(|part| part.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let [requests, 0, 0, cut] = counts[..] else {
+        panic!("{counts:?}: {message}")
+    };
+    assert!(cut > 0 && cut == requests, "{message}");
     assert_eq!(run_status(&ws), "interrupted");
     assert_eq!(
         audit_value::<i64>(&ws, "SELECT count(*) FROM row_outcomes"),

@@ -55,6 +55,9 @@ const READ_AHEAD: usize = 1024;
 /// for every row.
 const READ_CHUNK: usize = 64;
 
+/// Longest a run's end waits for the audit log's other holders to let go.
+const AUDIT_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub struct RunOptions {
     pub show_progress: bool,
     /// Carry on an unfinished run instead of starting one.
@@ -419,8 +422,9 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     drop(prepared);
     guest_threads::settle().await;
     if let Some(audit) = audit {
-        let audit = Arc::try_unwrap(audit)
-            .map_err(|_| RunError::Invalid("the audit log is still in use".into()))?;
+        let audit = sole_owner(audit).await.ok_or_else(|| {
+            RunError::Invalid("the audit log is still in use at the end of the run".into())
+        })?;
         report.calls_replayed = audit.replay().map_or(0, |r| r.used());
         let (run_id, audit_path) = (audit.run_id(), audit.path().to_path_buf());
         let totals = audit
@@ -529,6 +533,25 @@ struct Source {
     /// A regular file rather than a pipe, whose next row may be long in
     /// coming: its rows can go to the nodes in chunks.
     file: bool,
+}
+
+/// The audit log (or any value), once every other holder has let it go;
+/// `None` if one still holds it after `AUDIT_RELEASE_WAIT`. The source's
+/// reader thread drops its share only once it sees that the rows are no
+/// longer taken, which, when a run stops with rows read ahead, comes a
+/// moment after the run is done with them: taken at once, the log was
+/// sometimes still shared, and a stopped run ended in an error instead of
+/// its summary.
+async fn sole_owner<T>(mut shared: Arc<T>) -> Option<T> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match Arc::try_unwrap(shared) {
+            Ok(value) => return Some(value),
+            Err(_) if started.elapsed() >= AUDIT_RELEASE_WAIT => return None,
+            Err(still) => shared = still,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
 }
 
 /// Records a run that could not start as such, so it never shows as running.
@@ -709,4 +732,29 @@ fn flow_through_nodes(
         };
     }
     flows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_audit_log_is_taken_once_a_thread_still_holding_it_lets_go() {
+        let shared = Arc::new(String::from("audit"));
+        let held = Arc::clone(&shared);
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(held);
+        });
+        assert_eq!(sole_owner(shared).await.as_deref(), Some("audit"));
+        thread.join().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_never_lets_go_is_waited_for_a_bounded_time() {
+        let shared = Arc::new(1);
+        let _held = Arc::clone(&shared);
+        assert_eq!(sole_owner(shared).await, None);
+    }
 }

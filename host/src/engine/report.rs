@@ -280,10 +280,19 @@ impl RunReport {
                 }
             }
             let ms = |v: Option<u32>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+            // A stop that cuts calls ends them neither answered nor failed.
+            let cut = e
+                .stats
+                .requests
+                .saturating_sub(e.stats.successes + e.stats.failures);
+            let cut = match self.stopped {
+                Some(_) if cut > 0 => format!(", {cut} cut by the stop"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "  endpoint {}: {} requests, {} ok, {} failed; retries {} capacity, {} transient, \
-                 {} hung; latency p50 {}, p99 {}",
+                "  endpoint {}: {} requests, {} ok, {} failed{cut}; retries {} capacity, \
+                 {} transient, {} hung; latency p50 {}, p99 {}",
                 e.name,
                 e.stats.requests,
                 e.stats.successes,
