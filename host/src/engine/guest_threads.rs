@@ -144,29 +144,6 @@ impl<F: Future> Future for Counted<F> {
     }
 }
 
-/// Longest `settle` waits: a cancelled call ends at its guest's next
-/// yield, well within this.
-const SETTLE_AT_MOST: Duration = Duration::from_secs(10);
-
-/// Waits until no call handed to a guest thread is left there. A call
-/// whose row was dropped (a run stopped at once) is cancelled on its own
-/// thread, and holds the node's services, the audit log among them, until
-/// that thread drops it.
-pub async fn settle() {
-    let Some(threads) = GUEST_THREADS.get() else {
-        return;
-    };
-    let started = std::time::Instant::now();
-    while threads
-        .workers
-        .iter()
-        .any(|w| w.calls.load(Ordering::Acquire) > 0)
-        && started.elapsed() < SETTLE_AT_MOST
-    {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 /// Runs `process` over `input` on one of the node's instances: when the
 /// node's guest is heavy, on the least busy of the guest threads and this
 /// one, else on this task. Records the time the call held its thread in

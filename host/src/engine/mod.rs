@@ -420,7 +420,6 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         .filter(|&(_, rows)| rows > 0)
         .collect();
     drop(prepared);
-    guest_threads::settle().await;
     if let Some(audit) = audit {
         let audit = sole_owner(audit).await.ok_or_else(|| {
             RunError::Invalid("the audit log is still in use at the end of the run".into())
@@ -536,12 +535,13 @@ struct Source {
 }
 
 /// The audit log (or any value), once every other holder has let it go;
-/// `None` if one still holds it after `AUDIT_RELEASE_WAIT`. The source's
-/// reader thread drops its share only once it sees that the rows are no
-/// longer taken, which, when a run stops with rows read ahead, comes a
-/// moment after the run is done with them: taken at once, the log was
-/// sometimes still shared, and a stopped run ended in an error instead of
-/// its summary.
+/// `None` if one still holds it after `AUDIT_RELEASE_WAIT`. When a run stops
+/// with work under way, two holders let go a moment after the run is done
+/// with its rows: the source's reader thread, once it sees that the rows it
+/// read ahead are no longer taken, and a guest call on a guest thread whose
+/// row was dropped, cancelled there at its guest's next yield along with
+/// the node's services it holds. Taken at once, the log was sometimes still
+/// shared, and a stopped run ended in an error instead of its summary.
 async fn sole_owner<T>(mut shared: Arc<T>) -> Option<T> {
     let started = tokio::time::Instant::now();
     loop {
