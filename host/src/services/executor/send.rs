@@ -55,10 +55,7 @@ impl Endpoint {
             };
             let Some(admitted) = admitted else {
                 if let Some(refusal) = self.schema.known_refusal(body) {
-                    match attempt {
-                        0 => self.stats.request_withdrawn(),
-                        _ => self.stats.finished(false),
-                    }
+                    self.stats.ended_unsent(attempt);
                     return Err(CallError::Status(refusal));
                 }
                 let refused = self.not_admitted(row_deadline == wait_deadline, attempt, first);
@@ -299,13 +296,9 @@ impl Endpoint {
         first: Option<Instant>,
     ) -> CallError {
         if self.health.stop().is_draining() {
-            // A request never sent was not one of the endpoint's: counted as
-            // failed, a run stopped while rows waited for a slot reported
-            // failures the endpoint never had.
-            match attempts {
-                0 => self.stats.request_withdrawn(),
-                _ => self.stats.finished(false),
-            }
+            // Counted as failed, requests never sent made a run stopped while
+            // rows waited for a slot report failures the endpoint never had.
+            self.stats.ended_unsent(attempts);
             return CallError::Transport("not sent: the run is stopping".to_string());
         }
         self.stats.finished(false);

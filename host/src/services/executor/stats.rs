@@ -121,10 +121,17 @@ impl Stats {
         self.requests.fetch_add(1, Relaxed);
     }
 
-    /// A request answered by the endpoint's kept refusal before any attempt:
-    /// it never reached the endpoint, so it is not one of its requests.
-    pub fn request_withdrawn(&self) {
-        self.requests.fetch_sub(1, Relaxed);
+    /// A request that ends without sending again, after `attempts` went
+    /// out (a kept refusal answers it, or the run is stopping). With none
+    /// sent it never reached the endpoint, so it is not one of its requests;
+    /// otherwise it failed.
+    pub fn ended_unsent(&self, attempts: u32) {
+        match attempts {
+            0 => {
+                self.requests.fetch_sub(1, Relaxed);
+            }
+            _ => self.finished(false),
+        }
     }
 
     pub fn attempt_started(&self) {
