@@ -303,17 +303,25 @@ impl RunReport {
                 ms(e.stats.latency_p50_ms),
                 ms(e.stats.latency_p99_ms)
             );
+            // Rows held behind an open breaker count as throttled: say how
+            // much of the run it was open, so an outage does not read as
+            // rate limiting.
+            let breaker = match e.stats.breaker_open_seconds {
+                open if open >= 0.05 => {
+                    format!("open {open:.1} s in all, {} at the end", e.stats.breaker)
+                }
+                _ => e.stats.breaker.to_string(),
+            };
             let _ = writeln!(
                 s,
                 "           concurrency limit {} (peak {}) of pool {}, peak {} in flight; \
-                 {} capacity errors; throttled {:.1} s; breaker {}",
+                 {} capacity errors; throttled {:.1} s; breaker {breaker}",
                 e.stats.concurrency_limit,
                 e.stats.peak_concurrency_limit,
                 e.pool_size,
                 e.stats.peak_in_flight,
                 e.stats.capacity_errors,
                 e.stats.throttled_seconds,
-                e.stats.breaker
             );
             if let Some(learned) = &e.stats.learned_start {
                 let _ = writeln!(

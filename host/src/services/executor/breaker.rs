@@ -49,6 +49,10 @@ struct Inner {
     consecutive_failures: u32,
     open_until: Instant,
     probe_out: bool,
+    /// When the breaker last left `Closed`, while it has not closed again.
+    opened_at: Option<Instant>,
+    /// Time spent open or half-open before `opened_at`.
+    open_before: Duration,
 }
 
 /// Admission to send one request; says whether it is the half-open probe.
@@ -67,6 +71,8 @@ impl Breaker {
                 consecutive_failures: 0,
                 open_until: Instant::now(),
                 probe_out: false,
+                opened_at: None,
+                open_before: Duration::ZERO,
             }),
             notify: Notify::new(),
         }
@@ -74,6 +80,14 @@ impl Breaker {
 
     pub fn state(&self) -> BreakerState {
         self.state.lock().expect("breaker lock").state
+    }
+
+    /// How long the breaker has not been closed (open or half-open), in all.
+    /// Rows held behind it wait as they do for a slot, so the summary names
+    /// this share of their throttled time apart.
+    pub fn open_time(&self) -> Duration {
+        let s = self.state.lock().expect("breaker lock");
+        s.open_before + s.opened_at.map_or(Duration::ZERO, |at| at.elapsed())
     }
 
     /// Waits while the breaker is open (or its probe is out). `None` when
@@ -127,6 +141,9 @@ impl Breaker {
                 (None, BreakerState::HalfOpen) if ticket.probe => {
                     s.state = BreakerState::Closed;
                     s.consecutive_failures = 0;
+                    if let Some(at) = s.opened_at.take() {
+                        s.open_before += at.elapsed();
+                    }
                     Some(Transition {
                         to: BreakerState::Closed,
                         reason: "the probe succeeded".into(),
@@ -149,6 +166,7 @@ impl Breaker {
                     (s.consecutive_failures >= self.threshold).then(|| {
                         s.state = BreakerState::Open;
                         s.open_until = Instant::now() + self.cooldown;
+                        s.opened_at = Some(Instant::now());
                         Transition {
                             to: BreakerState::Open,
                             reason: format!(
@@ -208,6 +226,23 @@ mod tests {
         let closed_again = breaker.record(ticket.unwrap(), None).unwrap();
         assert_eq!(closed_again.to, BreakerState::Closed);
         assert_eq!(breaker.admit(soon).await.0, Some(Ticket { probe: false }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_the_time_it_was_not_closed() {
+        let breaker = Breaker::new(1, Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(breaker.open_time(), Duration::ZERO);
+        breaker.record(Ticket { probe: false }, Some("refused"));
+        // The first probe fails: open again, still one outage.
+        let (probe, _) = breaker.admit(None).await;
+        breaker.record(probe.unwrap(), Some("refused"));
+        let (probe, _) = breaker.admit(None).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(breaker.open_time(), Duration::from_secs(5), "under way");
+        breaker.record(probe.unwrap(), None);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(breaker.open_time(), Duration::from_secs(5), "closed");
     }
 
     #[tokio::test]

@@ -350,6 +350,7 @@ impl Endpoint {
             ..self.stats.snapshot(
                 self.limiter.snapshot(),
                 self.breaker.state(),
+                self.breaker.open_time(),
                 self.throttled.total(),
             )
         }

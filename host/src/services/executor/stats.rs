@@ -110,6 +110,8 @@ pub struct StatsSnapshot {
     /// or a slot (not a sum over requests).
     pub throttled_seconds: f64,
     pub breaker: &'static str,
+    /// Wall time during which the breaker was open or half-open.
+    pub breaker_open_seconds: f64,
     pub latency_p50_ms: Option<u32>,
     pub latency_p99_ms: Option<u32>,
     #[serde(flatten)]
@@ -200,6 +202,7 @@ impl Stats {
         &self,
         limiter: LimiterSnapshot,
         breaker: BreakerState,
+        breaker_open: Duration,
         throttled: Duration,
     ) -> StatsSnapshot {
         let (latency_p50_ms, latency_p99_ms) = {
@@ -228,6 +231,7 @@ impl Stats {
             learned_start: None,
             throttled_seconds: throttled.as_secs_f64(),
             breaker: breaker.name(),
+            breaker_open_seconds: breaker_open.as_secs_f64(),
             latency_p50_ms,
             latency_p99_ms,
             money: self.money.lock().expect("stats lock").clone(),
@@ -260,6 +264,7 @@ mod tests {
         let snapshot = stats.snapshot(
             LimiterSnapshot::default(),
             BreakerState::Closed,
+            Duration::ZERO,
             Duration::ZERO,
         );
         (snapshot.latency_p50_ms, snapshot.latency_p99_ms)
