@@ -62,12 +62,17 @@ async fn adapts_to_a_capacity_it_is_not_told() {
     assert_all_answered(&rows, 400);
     let served = server.served();
     let calls_per_row = served.len() as f64 / 400.0;
-    // About 1.05 on an idle machine; up to 1.25 when the test server and
-    // weir share two cores with four busy processes, where answers come in
-    // clumps and each probe past the edge is refused several times. A pool
-    // that did not adapt makes about 3.5 calls per row here.
+    // About 1.05 on an idle machine. Beside four busy processes on two
+    // cores, answers come in clumps, slow start overshoots to three times
+    // the room and each probe past the edge is refused several times: two
+    // of 80 runs went above 1.3 (1.30 and 1.36). A pool that did not adapt makes about 3.5 calls
+    // per row here. Clumped answers once held the limit above the server's
+    // room for the whole run (2.1 to 2.7 calls per row, about one run in
+    // fifteen beside busy processes): a floor learned from a window at a
+    // limit it never held, and refusals above the room taken for the
+    // endpoint's usual share.
     assert!(
-        calls_per_row <= 1.3,
+        calls_per_row <= 1.5,
         "{calls_per_row:.3} calls per row; {summary}"
     );
     assert!(summary.contains("capacity errors"), "{summary}");

@@ -21,7 +21,8 @@
 //!   against. Random 429s therefore do not ratchet the limit down. The
 //!   usual share is also read off the answers by the requests in flight at
 //!   their send: refusals as frequent at a few in flight as at many do not
-//!   come from the load, and that is known before any cut is judged.
+//!   come from the load, and that is known before any cut is judged; and
+//!   a level in flight where they are rare bounds the usual share from above.
 //! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
 //!   no-load estimate shrinks the limit in proportion, which holds the
 //!   server's queue at about half of what it serves at once.
@@ -606,8 +607,14 @@ impl Controller {
             self.cut_for_queue(ratio);
             return true;
         }
+        // The floor follows what the window held, not what the limit has
+        // grown to by its close: in slow start the limit triples in a round
+        // trip, and a window of 7 answers at a limit of 26 (a busy machine
+        // answers in clumps) set a floor of 13 against a server taking 8,
+        // which held the limit above its room for the rest of the run.
         if saturated {
-            self.floor = self.floor.max((self.limit * FLOOR_SHARE).floor());
+            let held = self.limit.min(f64::from(n));
+            self.floor = self.floor.max((held * FLOOR_SHARE).floor());
         }
         false
     }
@@ -664,11 +671,23 @@ impl Controller {
             .filter(|t| t.ok + t.lost >= BAND_SAMPLE)
             .map(|t| f64::from(t.lost) / f64::from(t.ok + t.lost))
             .fold(f64::INFINITY, f64::min);
-        if least.is_finite() {
+        let usual = if least.is_finite() {
             self.usual_loss.max(least.min(MAX_USUAL_LOSS))
         } else {
             self.usual_loss
-        }
+        };
+        // A band with fewer refusals than that, counted generously, proves
+        // the share smaller. Without this, once only the bands above a
+        // server's room held enough answers, their refusals (two in three
+        // against a server taking 8 after slow start's overshoot to 26)
+        // were taken for the usual share, and the limit stayed above the
+        // server's room for the rest of the run, at 2.4 calls per row.
+        let bound = self
+            .by_band
+            .iter()
+            .map(|t| upper_bound(t.lost, t.ok + t.lost))
+            .fold(1.0, f64::min);
+        usual.min(bound)
     }
 
     /// Whether the limit is within a slot of where the last cut found the
@@ -823,6 +842,20 @@ fn thin(changes: &mut Vec<(Duration, u32)>) {
     });
 }
 
+/// The share of `n` attempts that `lost` of them shows, at its highest
+/// likely value: Wilson's score interval at two standard deviations. Few
+/// attempts say little (none refused of ten allows up to 29 %).
+fn upper_bound(lost: u32, n: u32) -> f64 {
+    if n == 0 {
+        return 1.0;
+    }
+    const Z2: f64 = 4.0;
+    let n = f64::from(n);
+    let p = f64::from(lost) / n;
+    let spread = (p * (1.0 - p) / n + Z2 / (4.0 * n * n)).sqrt();
+    ((p + Z2 / (2.0 * n) + 2.0 * spread) / (1.0 + Z2 / n)).min(1.0)
+}
+
 /// Whether a round trip of `rtt` says requests wait in the server's queue.
 fn queued(rtt: f64, base: f64) -> bool {
     rtt > (TOLERANCE * base).max(base + RTT_NOISE)
@@ -916,6 +949,45 @@ mod tests {
             "not cut at {}",
             controller.limit()
         );
+    }
+
+    #[test]
+    fn a_band_with_few_refusals_bounds_the_usual_share() {
+        // Slow start overshot a server taking 8: the band of 8 to 15 in
+        // flight holds enough answers, half of them refused; the band
+        // below, fewer answers and hardly a refusal.
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 64, start);
+        controller.by_band[2] = Tally {
+            ok: 36,
+            lost: 2,
+            rtt_sum: 0.0,
+        };
+        controller.by_band[3] = Tally {
+            ok: 64,
+            lost: 63,
+            rtt_sum: 0.0,
+        };
+        let usual = controller.usual_share();
+        assert!(usual < 0.2, "{usual}");
+        assert!((0.15..0.2).contains(&upper_bound(2, 38)));
+        assert!((0.25..0.3).contains(&upper_bound(0, 10)), "few say little");
+    }
+
+    #[test]
+    fn the_floor_follows_what_a_window_held() {
+        // A busy machine answers in clumps: a window of 7 answers, none
+        // refused, closes after slow start has grown the limit to 26.
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 64, start);
+        controller.limit = 26.0;
+        let clean = Tally {
+            ok: 7,
+            lost: 0,
+            rtt_sum: 0.0,
+        };
+        controller.judge(clean, true);
+        assert_eq!(controller.floor(), 3);
     }
 
     #[test]
