@@ -164,9 +164,10 @@ impl Breaker {
                 (Some(why), BreakerState::Closed) => {
                     s.consecutive_failures += 1;
                     (s.consecutive_failures >= self.threshold).then(|| {
+                        let now = Instant::now();
                         s.state = BreakerState::Open;
-                        s.open_until = Instant::now() + self.cooldown;
-                        s.opened_at = Some(Instant::now());
+                        s.open_until = now + self.cooldown;
+                        s.opened_at = Some(now);
                         Transition {
                             to: BreakerState::Open,
                             reason: format!(
