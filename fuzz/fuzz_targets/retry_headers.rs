@@ -1,12 +1,12 @@
 //! Any bytes as an answer's headers (`name: value` lines): the waits they ask
-//! for (`Retry-After`, `retry-after-ms`, `x-ratelimit-*`) are read as at most
+//! for (`Retry-After`, `retry-after-ms`, rate-limit windows) are read as at most
 //! a year or as nothing, never a panic and never a duration that overflows a
 //! timer.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use std::time::{Duration, Instant, SystemTime};
-use weir_formats::http_headers::{self, MAX_WAIT, Window};
+use weir_formats::http_headers::{self, MAX_WAIT};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
@@ -31,8 +31,13 @@ fuzz_target!(|data: &[u8]| {
     if let Some(wait) = http_headers::retry_after(header, now) {
         bounded(wait);
     }
-    if let Some(Window::Spent(hold)) = http_headers::rate_window(header) {
-        bounded(hold);
+    if let Some(report) = http_headers::rate_report(header) {
+        for quota in report.requests.into_iter().chain(report.tokens) {
+            quota.reset.into_iter().for_each(bounded);
+            if let Some(per_minute) = quota.per_minute {
+                assert!(per_minute.is_finite() && per_minute > 0.0, "{per_minute}");
+            }
+        }
     }
     for (_, value) in &headers {
         if let Some(reset) = http_headers::parse_reset(value.trim()) {

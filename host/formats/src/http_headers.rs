@@ -17,11 +17,6 @@ use std::time::{Duration, SystemTime};
 /// instants and timers (which panics on overflow) far from its limits.
 pub const MAX_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Requests spaced by a provider's reported rate are kept this much further
-/// apart: at exactly its rate, network and scheduling jitter land some
-/// requests early against an empty bucket.
-const HEADER_MARGIN: f64 = 1.1;
-
 /// A number of seconds as a wait: negative or NaN is no wait at all (None);
 /// anything longer than [`MAX_WAIT`], infinity included, is [`MAX_WAIT`].
 pub fn wait_of_seconds(seconds: f64) -> Option<Duration> {
@@ -57,50 +52,73 @@ pub fn retry_after<'h>(
     )
 }
 
-/// What a provider's `x-ratelimit-*` headers say about its rate window.
+/// One of a provider's rate windows (requests or tokens) as an answer
+/// reports it: OpenAI and Azure send `x-ratelimit-{limit,remaining,reset}-*`,
+/// Anthropic `anthropic-ratelimit-*-{limit,remaining,reset}`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Window {
-    /// Nothing left: hold requests this long, and space them this far apart.
-    Spent(Duration),
-    /// Requests remain.
-    Open,
+pub struct Quota {
+    /// What the window allows a minute, when the answer says.
+    pub per_minute: Option<f64>,
+    /// What is left of it when the provider took the request.
+    pub remaining: u64,
+    /// Until the window is whole again, when the answer says in a form read
+    /// here (`1s`, `6m0s`, `250ms`, bare seconds).
+    pub reset: Option<Duration>,
 }
 
-pub fn rate_window<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<Window> {
+/// What an answer's rate-limit headers report; `None` from [`rate_report`]
+/// when they report neither window.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RateReport {
+    pub requests: Option<Quota>,
+    pub tokens: Option<Quota>,
+}
+
+/// Each window's headers: (limit, remaining, reset), OpenAI's and Azure's
+/// names first, then Anthropic's.
+const REQUEST_HEADERS: [[&str; 3]; 2] = [
+    [
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ],
+    [
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+    ],
+];
+const TOKEN_HEADERS: [[&str; 3]; 2] = [
+    [
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+    ],
+    [
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+    ],
+];
+
+pub fn rate_report<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<RateReport> {
     let text = |name: &str| header(name).map(str::trim);
-    if let Some(hold) = exhausted_window(&text) {
-        return Some(Window::Spent(hold));
-    }
-    let has_room = ["requests", "tokens"].iter().any(|kind| {
-        text(&format!("x-ratelimit-remaining-{kind}"))
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|remaining| remaining > 0)
-    });
-    has_room.then_some(Window::Open)
-}
-
-/// How long to hold every request when the provider says a window is spent
-/// (`x-ratelimit-remaining-{requests,tokens}: 0`). `x-ratelimit-reset-*` is
-/// when the whole window is back; the next request fits much sooner, after
-/// one request's share of the per-minute limit, when the limit is given.
-fn exhausted_window<'h>(text: &impl Fn(&str) -> Option<&'h str>) -> Option<Duration> {
-    let requests = || {
-        let remaining: u64 = text("x-ratelimit-remaining-requests")?.parse().ok()?;
-        if remaining > 0 {
-            return None;
-        }
-        let reset = text("x-ratelimit-reset-requests").and_then(parse_reset)?;
-        let one_slot = text("x-ratelimit-limit-requests")
-            .and_then(|l| l.parse::<f64>().ok())
-            .filter(|l| *l > 0.0)
-            .and_then(|limit| wait_of_seconds(60.0 / limit * HEADER_MARGIN));
-        Some(one_slot.map_or(reset, |slot| slot.min(reset)))
+    let quota = |names: &[[&str; 3]; 2]| {
+        names.iter().find_map(|[limit, remaining, reset]| {
+            Some(Quota {
+                remaining: text(remaining)?.parse::<u64>().ok()?,
+                per_minute: text(limit)
+                    .and_then(|l| l.parse::<f64>().ok())
+                    .filter(|l| l.is_finite() && *l > 0.0),
+                reset: text(reset).and_then(parse_reset),
+            })
+        })
     };
-    let tokens = || {
-        let remaining: u64 = text("x-ratelimit-remaining-tokens")?.parse().ok()?;
-        (remaining == 0).then(|| text("x-ratelimit-reset-tokens").and_then(parse_reset))?
+    let report = RateReport {
+        requests: quota(&REQUEST_HEADERS),
+        tokens: quota(&TOKEN_HEADERS),
     };
-    requests().into_iter().chain(tokens()).max()
+    (report != RateReport::default()).then_some(report)
 }
 
 /// `1s`, `6m0s`, `250ms`, `1.5s`, `1h2m3s`, or bare seconds.
@@ -198,16 +216,6 @@ mod tests {
     }
 
     #[test]
-    fn a_tiny_rate_limit_does_not_make_a_huge_slot() {
-        let h = [
-            ("x-ratelimit-remaining-requests", "0"),
-            ("x-ratelimit-reset-requests", "1e30"),
-            ("x-ratelimit-limit-requests", "1e-300"),
-        ];
-        assert_eq!(rate_window(headers(&h)), Some(Window::Spent(MAX_WAIT)));
-    }
-
-    #[test]
     fn reset_durations_parse() {
         assert_eq!(parse_reset("1s"), Some(Duration::from_secs(1)));
         assert_eq!(parse_reset("6m0s"), Some(Duration::from_secs(360)));
@@ -219,36 +227,67 @@ mod tests {
         assert_eq!(parse_reset("1é"), None);
     }
 
-    #[test]
-    fn only_an_exhausted_window_pauses() {
-        let mut h = vec![
-            ("x-ratelimit-remaining-requests", "3"),
-            ("x-ratelimit-reset-requests", "2s"),
-        ];
-        assert_eq!(rate_window(headers(&h)), Some(Window::Open));
-        h.push(("x-ratelimit-remaining-tokens", "0"));
-        h.push(("x-ratelimit-reset-tokens", "750ms"));
-        assert_eq!(
-            rate_window(headers(&h)),
-            Some(Window::Spent(Duration::from_millis(750)))
-        );
-        assert_eq!(rate_window(headers(&[])), None);
+    fn report_of(pairs: &[(&str, &str)]) -> Option<RateReport> {
+        rate_report(headers(pairs))
     }
 
     #[test]
-    fn a_spent_request_window_holds_for_one_slot_when_the_limit_is_known() {
-        let mut h = vec![
-            ("x-ratelimit-remaining-requests", "0"),
-            ("x-ratelimit-reset-requests", "6s"),
+    fn openai_rate_headers_are_read() {
+        let h = [
+            ("x-ratelimit-limit-requests", "6000"),
+            ("x-ratelimit-remaining-requests", "5999"),
+            ("x-ratelimit-reset-requests", "10ms"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
         ];
         assert_eq!(
-            rate_window(headers(&h)),
-            Some(Window::Spent(Duration::from_secs(6)))
+            report_of(&h),
+            Some(RateReport {
+                requests: Some(Quota {
+                    per_minute: Some(6000.0),
+                    remaining: 5999,
+                    reset: Some(Duration::from_millis(10)),
+                }),
+                tokens: Some(Quota {
+                    per_minute: None,
+                    remaining: 0,
+                    reset: Some(Duration::from_secs(360)),
+                }),
+            })
         );
-        h.push(("x-ratelimit-limit-requests", "600"));
+        assert_eq!(report_of(&[]), None);
+        assert_eq!(report_of(&[("x-ratelimit-limit-requests", "60")]), None);
+        // A limit of nothing or less is no limit: no window would refill.
+        let zero = report_of(&[
+            ("x-ratelimit-limit-requests", "0"),
+            ("x-ratelimit-remaining-requests", "0"),
+        ]);
+        assert_eq!(zero.unwrap().requests.unwrap().per_minute, None);
+    }
+
+    #[test]
+    fn anthropic_rate_headers_are_read() {
+        let h = [
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("anthropic-ratelimit-requests-reset", "2026-11-28T12:00:30Z"),
+            ("anthropic-ratelimit-tokens-limit", "40000"),
+            ("anthropic-ratelimit-tokens-remaining", "39000"),
+        ];
         assert_eq!(
-            rate_window(headers(&h)),
-            Some(Window::Spent(Duration::from_millis(110)))
+            report_of(&h),
+            Some(RateReport {
+                requests: Some(Quota {
+                    per_minute: Some(50.0),
+                    remaining: 0,
+                    reset: None,
+                }),
+                tokens: Some(Quota {
+                    per_minute: Some(40000.0),
+                    remaining: 39000,
+                    reset: None,
+                }),
+            })
         );
     }
 }

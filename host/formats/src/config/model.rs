@@ -198,10 +198,15 @@ pub struct EndpointSpec {
     #[serde(default)]
     pub cache: CacheSpec,
     /// In a sharded run, each shard gets `requests_per_minute` and
-    /// `tokens_per_minute` divided by the shard count, unless this is true
+    /// `tokens_per_minute` divided by the shard count, and takes the same
+    /// share of the rate windows the provider reports, unless this is true
     /// (each shard has its own key, say).
     #[serde(default)]
     pub rate_limits_per_shard: bool,
+    /// The shards of a sharded run that share this endpoint's key, and with
+    /// it the rate windows its answers report (0 outside a sharded run).
+    #[serde(skip)]
+    pub shards_sharing_windows: u32,
     /// `online` sends each request as it comes; `batch` gathers them into the
     /// provider's Batch API: half the price, answers within 24 hours.
     #[serde(default)]

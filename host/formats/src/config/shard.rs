@@ -60,7 +60,8 @@ pub fn part_path(path: &Path, index: u32, count: u32) -> PathBuf {
 impl Pipeline {
     /// Makes this pipeline shard `shard`: its sinks, on_error sinks and
     /// audit database become part files, and each endpoint's rate limits
-    /// its share, unless the endpoint sets them per shard.
+    /// (set, and reported by the provider) its share, unless the endpoint
+    /// sets them per shard.
     pub fn into_shard(mut self, shard: Shard) -> Result<Self, ConfigError> {
         if !self.source.is_regular_file() {
             return Err(ConfigError::in_file(
@@ -84,6 +85,7 @@ impl Pipeline {
             let share = |limit: u32| limit.div_ceil(shard.count).max(1);
             endpoint.requests_per_minute = endpoint.requests_per_minute.map(share);
             endpoint.tokens_per_minute = endpoint.tokens_per_minute.map(share);
+            endpoint.shards_sharing_windows = shard.count;
         }
         self.shard = Some(shard);
         Ok(self)

@@ -19,7 +19,9 @@ use super::arrivals::Arrivals;
 use super::clock;
 use super::controller::{Controller, Signal};
 use super::pacing::Pacing;
+use super::rate::RateReport;
 use super::to_come::RowsToCome;
+use super::window::ProviderWindows;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +48,7 @@ struct Waiter {
 struct State {
     controller: Controller,
     pacing: Pacing,
+    windows: ProviderWindows,
     in_flight: usize,
     waiting: VecDeque<Waiter>,
     retries_waiting: VecDeque<Waiter>,
@@ -69,6 +72,8 @@ pub struct Permit<'a> {
     sent_at: Instant,
     /// Requests in flight once this one was sent, itself included.
     in_flight: usize,
+    /// Its number among the endpoint's requests, for the rate windows.
+    sent_as: u64,
     released: bool,
 }
 
@@ -98,12 +103,19 @@ pub fn rows_wanted_at(limit: usize) -> usize {
 }
 
 impl Limiter {
+    #[cfg(test)]
     pub fn new(initial: usize, max: usize) -> Self {
+        Self::sharing_windows(initial, max, ProviderWindows::default())
+    }
+
+    /// A limiter that follows the provider's rate windows as `windows` does.
+    pub fn sharing_windows(initial: usize, max: usize, windows: ProviderWindows) -> Self {
         let now = Instant::now();
         Self {
             state: Mutex::new(State {
                 controller: Controller::new(initial, max, now),
                 pacing: Pacing::new(now),
+                windows,
                 in_flight: 0,
                 waiting: VecDeque::new(),
                 retries_waiting: VecDeque::new(),
@@ -158,14 +170,21 @@ impl Limiter {
         s.controller.on_send(now, saturated);
         let (limit, rtt) = (s.controller.limit(), s.controller.srtt());
         s.pacing.dispatched(now, limit, rtt);
+        let sent_as = s.windows.dispatched(now);
         if let Some(mut place) = place {
             s.leave(place.lane, place.id);
             place.left = true;
+        }
+        if s.held_until(now).is_some()
+            && let Some(next) = s.retries_waiting.front().or(s.waiting.front())
+        {
+            next.wake.notify_one();
         }
         Permit {
             limiter: self,
             sent_at: now,
             in_flight: s.in_flight,
+            sent_as,
             released: false,
         }
     }
@@ -226,16 +245,37 @@ impl Limiter {
     }
 
     /// Stops every dispatch until `until` (an exhausted rate-limit window).
-    pub fn pause_until(&self, until: Instant) {
+    fn pause_until(&self, until: Instant) {
         let mut s = self.lock();
         let rtt = s.controller.srtt();
         s.pacing.pause_until(until, rtt);
     }
 
-    /// While `Some`, dispatches are at least this far apart (a provider's
-    /// rate window is spent); `None` when it reports room again.
-    pub fn set_min_spacing(&self, spacing: Option<Duration>) {
-        self.lock().pacing.set_min_spacing(spacing);
+    /// Follows what the answer to request `sent_as` reports of the
+    /// provider's rate windows (see `ProviderWindows::follow`); a hold it
+    /// asks for lasts at most `longest_hold`.
+    pub fn follow_rate_report(
+        &self,
+        report: &RateReport,
+        sent_as: u64,
+        tokens_per_request: Option<f64>,
+        longest_hold: Duration,
+    ) {
+        let hold = {
+            let mut s = self.lock();
+            let now = Instant::now();
+            let held = s.windows.ready_at(now).is_some();
+            let hold = s.windows.follow(now, report, sent_as, tokens_per_request);
+            if hold.is_none() && held && s.windows.ready_at(now).is_none() {
+                // Those in line wait on a time the last report set; this one
+                // found room sooner.
+                s.wake_those_with_room(now);
+            }
+            hold
+        };
+        if let Some(hold) = hold {
+            self.pause_until(Instant::now() + hold.min(longest_hold));
+        }
     }
 
     pub fn snapshot(&self) -> LimiterSnapshot {
@@ -318,13 +358,24 @@ impl State {
         if let Some(until) = self.pacing.paused(now) {
             return Turn::Until(until);
         }
-        if self.ahead_of(lane, id) >= self.room(now) {
+        let ahead = self.ahead_of(lane, id);
+        if ahead >= self.room(now) {
             return Turn::Woken;
         }
-        match self.pacing.spaced(now) {
+        match self.held_until(now) {
+            // Only the first in line waits on the clock; it wakes the next
+            // when it goes (`Limiter::take`). A line of hundreds woken at
+            // every dispatch to let one go cost more CPU than the requests.
+            Some(_) if ahead > 0 => Turn::Woken,
             Some(at) => Turn::Until(at),
             None => Turn::Go,
         }
+    }
+
+    /// When pacing or the provider's rate windows let the next request go,
+    /// if not at `now`.
+    fn held_until(&self, now: Instant) -> Option<Instant> {
+        self.pacing.spaced(now).max(self.windows.ready_at(now))
     }
 
     /// Slots free at `now`.
@@ -465,6 +516,11 @@ impl Drop for RefusalWait<'_> {
 }
 
 impl Permit<'_> {
+    /// Its number among the endpoint's requests.
+    pub fn sent_as(&self) -> u64 {
+        self.sent_as
+    }
+
     pub fn release(mut self, signal: Signal) {
         self.released = true;
         self.limiter.release(self.sent_at, self.in_flight, signal);

@@ -36,6 +36,7 @@ mod stats;
 mod target;
 mod throttle;
 mod to_come;
+mod window;
 
 pub use connections::use_own_connections;
 pub use to_come::RowsToCome;
@@ -68,6 +69,7 @@ use std::time::{Duration, Instant};
 use target::Target;
 pub use target::TargetError;
 use throttle::WaitClock;
+use window::ProviderWindows;
 
 /// The final answer to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,7 +240,11 @@ impl Endpoint {
             spec: spec.clone(),
             target,
             clients: Clients::new(client),
-            limiter: Limiter::new(initial, spec.pool_size),
+            limiter: Limiter::sharing_windows(
+                initial,
+                spec.pool_size,
+                ProviderWindows::shared_by(spec.shards_sharing_windows),
+            ),
             breaker: Breaker::new(
                 spec.breaker_failures,
                 Duration::from_secs_f64(spec.breaker_cooldown_seconds),

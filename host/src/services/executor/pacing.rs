@@ -4,8 +4,8 @@
 //! once) and nothing here holds a request. A pause (an exhausted rate-limit
 //! window) stops every dispatch; the waiters it held would then leave
 //! together, so for one round trip after it dispatches are spaced at
-//! `rtt / limit`. While the provider reports its rate window spent,
-//! dispatches stay at least one slot of that rate apart.
+//! `rtt / limit`. A provider's rate windows hold requests on their own
+//! (`window.rs`).
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -20,7 +20,6 @@ pub struct Pacing {
     /// Dispatches are spaced until then (one round trip after a pause).
     paced_until: Option<Instant>,
     next_dispatch: Instant,
-    min_spacing: Option<Duration>,
 }
 
 impl Pacing {
@@ -29,7 +28,6 @@ impl Pacing {
             paused_until: None,
             paced_until: None,
             next_dispatch: now,
-            min_spacing: None,
         }
     }
 
@@ -58,17 +56,11 @@ impl Pacing {
         }
     }
 
-    pub fn set_min_spacing(&mut self, spacing: Option<Duration>) {
-        self.min_spacing = spacing;
-    }
-
     fn spacing(&self, now: Instant, limit: usize, rtt: Option<Duration>) -> Duration {
-        let after_pause = match self.paced_until {
+        match self.paced_until {
             Some(until) if now < until => rtt.unwrap_or(RTT_UNKNOWN) / limit.max(1) as u32,
             _ => Duration::ZERO,
-        };
-        self.min_spacing
-            .map_or(after_pause, |floor| floor.max(after_pause))
+        }
     }
 }
 
@@ -97,18 +89,5 @@ mod tests {
             None,
             "one round trip later, no pacing"
         );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_spent_rate_window_keeps_dispatches_apart_until_it_reopens() {
-        let now = Instant::now();
-        let mut pacing = Pacing::new(now);
-        pacing.set_min_spacing(Some(Duration::from_millis(250)));
-        pacing.dispatched(now, 8, None);
-        assert_eq!(pacing.spaced(now), Some(now + Duration::from_millis(250)));
-        pacing.set_min_spacing(None);
-        let later = now + Duration::from_millis(250);
-        pacing.dispatched(later, 8, None);
-        assert_eq!(pacing.spaced(later), None);
     }
 }

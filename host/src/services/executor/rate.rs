@@ -1,14 +1,14 @@
 //! Request and token rate limits of one endpoint: the configured
 //! requests-per-minute and tokens-per-minute (GCRA, via `governor`), and the
-//! provider's own `x-ratelimit-*` headers, which pause the endpoint until the
-//! window resets when they report nothing left.
+//! provider's own rate-limit headers, which space the endpoint's requests at
+//! the window's rate once it runs low and pause them when it is spent.
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::header::HeaderMap;
 use std::num::NonZeroU32;
 use weir_formats::http_headers;
 
-pub use http_headers::Window;
+pub use http_headers::RateReport;
 
 /// Up to this share of a minute's quota may go at once, so a run does not
 /// open with a burst the provider would reject.
@@ -65,10 +65,10 @@ pub fn estimate_tokens(body: &str) -> u32 {
     (body.len() as u64 / 4 + answer).min(u32::MAX as u64) as u32
 }
 
-/// What the answer's `x-ratelimit-*` headers say about the provider's window;
-/// see `weir_formats::http_headers::rate_window`.
-pub fn window(headers: &HeaderMap) -> Option<Window> {
-    http_headers::rate_window(super::retry::header_text(headers))
+/// What the answer's rate-limit headers say about the provider's windows;
+/// see `weir_formats::http_headers::rate_report`.
+pub fn report(headers: &HeaderMap) -> Option<RateReport> {
+    http_headers::rate_report(super::retry::header_text(headers))
 }
 
 #[cfg(test)]
@@ -88,7 +88,9 @@ mod tests {
             "x-ratelimit-reset-tokens",
             HeaderValue::from_static("750ms"),
         );
-        assert_eq!(window(&h), Some(Window::Spent(Duration::from_millis(750))));
+        let tokens = report(&h).unwrap().tokens.unwrap();
+        assert_eq!(tokens.remaining, 0);
+        assert_eq!(tokens.reset, Some(Duration::from_millis(750)));
     }
 
     #[test]

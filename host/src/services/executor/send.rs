@@ -69,12 +69,13 @@ impl Endpoint {
             } = admitted;
             let tried = self.try_once(body, row_deadline, hung).await;
             hung += u32::from(tried.verdict == Verdict::Hung);
+            let sent_as = permit.sent_as();
             permit.release(self.signal(tried.verdict));
             let first_attempt = *first.get_or_insert(tried.started);
             if tried.verdict != Verdict::Success && first_failure.is_none() {
                 first_failure = Some(describe(&tried));
             }
-            self.observe(&tried, ticket);
+            self.observe(&tried, ticket, sent_as);
             let ended_ms = tried.started_at_ms + tried.latency.as_millis() as i64;
             self.record_learned_limit_now_and_then(ended_ms);
             let elapsed = first_attempt.elapsed();
@@ -227,8 +228,8 @@ impl Endpoint {
     }
 
     /// Tells the breaker and the figures how the attempt went, and follows
-    /// the rate window the answer reports.
-    fn observe(&self, tried: &Tried, ticket: super::breaker::Ticket) {
+    /// the rate windows the answer reports (it was request `sent_as`).
+    fn observe(&self, tried: &Tried, ticket: super::breaker::Ticket, sent_as: u64) {
         // Capacity answers and a server's queue say the endpoint is busy,
         // not broken: they never open the breaker.
         let failure = match (&tried.result, tried.verdict) {
@@ -245,14 +246,13 @@ impl Endpoint {
         if matches!(tried.verdict, Verdict::Capacity { .. }) {
             self.stats.capacity_error();
         }
-        match rate::window(&answer.headers) {
-            Some(rate::Window::Spent(hold)) => {
-                let hold = hold.min(self.retry_budget());
-                self.limiter.pause_until(Instant::now() + hold);
-                self.limiter.set_min_spacing(Some(hold));
-            }
-            Some(rate::Window::Open) => self.limiter.set_min_spacing(None),
-            None => {}
+        if let Some(report) = rate::report(&answer.headers) {
+            self.limiter.follow_rate_report(
+                &report,
+                sent_as,
+                self.stats.tokens_per_answer(),
+                self.retry_budget(),
+            );
         }
     }
 

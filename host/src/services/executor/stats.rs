@@ -178,6 +178,13 @@ impl Stats {
         self.completion_tokens.fetch_add(completion, Relaxed);
     }
 
+    /// The tokens an answered request has taken on average, once one has.
+    pub fn tokens_per_answer(&self) -> Option<f64> {
+        let answered = self.successes.load(Relaxed);
+        let tokens = self.prompt_tokens.load(Relaxed) + self.completion_tokens.load(Relaxed);
+        (answered > 0 && tokens > 0).then(|| tokens as f64 / answered as f64)
+    }
+
     pub fn cost(&self, usd: f64, estimated: bool) {
         let mut money = self.money.lock().expect("stats lock");
         money.cost_usd += usd;

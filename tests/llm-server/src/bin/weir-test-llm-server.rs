@@ -34,6 +34,11 @@ struct Args {
     /// first served, as llama.cpp, vLLM and Ollama do (never 429).
     #[arg(long)]
     serve_at_once: Option<usize>,
+    /// Allow this many requests a minute (a bucket holding 6 seconds'
+    /// worth) and answer 429 with `retry-after-ms` beyond, as a provider's
+    /// rate limit does; every answer carries `x-ratelimit-*-requests`.
+    #[arg(long)]
+    requests_per_minute: Option<u32>,
     /// Misbehave as a kind of endpoint does, around `--latency-ms`: chaos
     /// (like ChaosLLM's preset: a quarter of requests fail with 429, 529,
     /// 503, 502, 504, 500, resets, 30–60 s hangs, HTML or truncated bodies;
@@ -95,6 +100,7 @@ async fn main() -> anyhow::Result<()> {
         capacity: args.capacity,
         retry_after_seconds: args.retry_after.or(base.retry_after_seconds),
         serve_at_once: args.serve_at_once,
+        requests_per_minute: args.requests_per_minute,
         batch_seconds: Duration::try_from_secs_f64(args.batch_seconds).map_err(|_| {
             anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
         })?,

@@ -1,0 +1,280 @@
+//! A provider's rate windows (requests and tokens a minute) as its answers
+//! report them, followed between answers, so that requests leave while the
+//! window has room for them and wait, at its rate, once it has none.
+//!
+//! An answer says what was left of a window when the provider took the
+//! request; what was sent after that request is not counted in it, and is
+//! taken off here. The window's refill while the request was on its way is
+//! not added, so the copy runs a little behind the provider's and a request
+//! that leaves when it has room finds room there. Providers count refused
+//! requests against the window (OpenAI says so), so sending into an empty
+//! one costs more than the refusal: it keeps the window empty.
+
+use std::time::Duration;
+use tokio::time::Instant;
+use weir_formats::http_headers::{Quota, RateReport, wait_of_seconds};
+
+pub struct ProviderWindows {
+    requests: Option<Mirror>,
+    tokens: Option<Mirror>,
+    /// Requests sent so far, the number of the next one.
+    sent: u64,
+    /// Of each window's refill, what is this endpoint's: a shard of a run
+    /// whose shards share the key takes its share.
+    share: f64,
+}
+
+impl Default for ProviderWindows {
+    fn default() -> Self {
+        Self::shared_by(1)
+    }
+}
+
+/// One window, as weir last knew it.
+struct Mirror {
+    per_second: f64,
+    /// What the window held at `at`, less what was sent since; below zero
+    /// when more was sent than it held.
+    level: f64,
+    /// The most it was ever reported to hold: it refills no further.
+    capacity: f64,
+    at: Instant,
+    /// What a request takes of it.
+    cost: f64,
+}
+
+impl ProviderWindows {
+    /// Windows whose refill `shards` clients share alike (0 or 1: this one
+    /// alone).
+    pub fn shared_by(shards: u32) -> Self {
+        Self {
+            requests: None,
+            tokens: None,
+            sent: 0,
+            share: 1.0 / f64::from(shards.max(1)),
+        }
+    }
+
+    /// A request leaves at `now`; returns its number for `follow`.
+    pub fn dispatched(&mut self, now: Instant) -> u64 {
+        for mirror in self.mirrors_mut() {
+            mirror.take(now);
+        }
+        self.sent += 1;
+        self.sent - 1
+    }
+
+    /// When the windows have room for the next request, if not at `now`.
+    pub fn ready_at(&self, now: Instant) -> Option<Instant> {
+        [&self.requests, &self.tokens]
+            .into_iter()
+            .flatten()
+            .filter_map(|mirror| mirror.ready_at(now))
+            .max()
+    }
+
+    /// Takes in the report of the answer to request `sent_as`; the
+    /// endpoint's requests have taken `tokens_per_request` on average (when
+    /// known). Returns how long to hold every request for a spent window
+    /// whose rate the answer does not give: until it resets.
+    ///
+    /// Requests sent together, on connections of their own, may reach the
+    /// provider out of order, so a report may count one or two sent after it
+    /// and miss some sent before; at the start of a run, when slow start
+    /// sends hundreds at once against a full window, about one in a hundred
+    /// found it empty. Taking the requests still in flight before it off as
+    /// well stopped that, but held the endpoint seconds at a time whenever
+    /// hundreds were in flight.
+    pub fn follow(
+        &mut self,
+        now: Instant,
+        report: &RateReport,
+        sent_as: u64,
+        tokens_per_request: Option<f64>,
+    ) -> Option<Duration> {
+        // The other shards sent as much as this one since, by and large.
+        let uncounted = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
+        let share = self.share;
+        let mut hold = None;
+        for (mirror, quota, cost) in [
+            (&mut self.requests, report.requests, Some(1.0)),
+            (&mut self.tokens, report.tokens, tokens_per_request),
+        ] {
+            let Some(quota) = quota else { continue };
+            match (quota.per_minute, cost.filter(|c| c.is_finite() && *c > 0.0)) {
+                (Some(per_minute), Some(cost)) => {
+                    Mirror::follow(mirror, now, &quota, per_minute * share, uncounted, cost)
+                }
+                _ if quota.remaining == 0 => hold = hold.max(quota.reset),
+                _ => {}
+            }
+        }
+        hold
+    }
+
+    fn mirrors_mut(&mut self) -> impl Iterator<Item = &mut Mirror> {
+        [&mut self.requests, &mut self.tokens].into_iter().flatten()
+    }
+}
+
+impl Mirror {
+    fn follow(
+        mirror: &mut Option<Mirror>,
+        now: Instant,
+        quota: &Quota,
+        per_minute: f64,
+        uncounted: f64,
+        cost: f64,
+    ) {
+        let remaining = quota.remaining as f64;
+        let capacity = mirror
+            .as_ref()
+            .map_or(remaining, |m| m.capacity.max(remaining));
+        *mirror = Some(Mirror {
+            per_second: per_minute / 60.0,
+            level: remaining - uncounted * cost,
+            capacity,
+            at: now,
+            cost,
+        });
+    }
+
+    fn level_at(&self, now: Instant) -> f64 {
+        let refilled = now.saturating_duration_since(self.at).as_secs_f64() * self.per_second;
+        (self.level + refilled).min(self.capacity)
+    }
+
+    fn ready_at(&self, now: Instant) -> Option<Instant> {
+        let short = self.cost - self.level_at(now);
+        (short > 0.0).then(|| now + wait_of_seconds(short / self.per_second).unwrap_or_default())
+    }
+
+    fn take(&mut self, now: Instant) {
+        self.level = self.level_at(now) - self.cost;
+        self.at = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_formats::http_headers::MAX_WAIT;
+
+    fn requests(per_minute: f64, remaining: u64) -> RateReport {
+        RateReport {
+            requests: Some(Quota {
+                per_minute: Some(per_minute),
+                remaining,
+                reset: None,
+            }),
+            tokens: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_leave_while_the_window_has_room_then_at_its_rate() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        assert_eq!(windows.ready_at(now), None, "nothing reported yet");
+        let first = windows.dispatched(now);
+        for _ in 0..4 {
+            windows.dispatched(now);
+        }
+        // 600 a minute, 5 left when the first was taken: the four sent
+        // after it leave one.
+        windows.follow(now, &requests(600.0, 5), first, None);
+        assert_eq!(windows.ready_at(now), None);
+        windows.dispatched(now);
+        // Empty: the next has room once a tenth of a second refills it.
+        assert_eq!(
+            windows.ready_at(now),
+            Some(now + Duration::from_millis(100))
+        );
+        let later = now + Duration::from_millis(100);
+        assert_eq!(windows.ready_at(later), None);
+        windows.dispatched(later);
+        assert_eq!(
+            windows.ready_at(later),
+            Some(later + Duration::from_millis(100))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_refills_no_further_than_it_was_seen_to_hold() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let sent = windows.dispatched(now);
+        windows.follow(now, &requests(60.0, 2), sent, None);
+        let much_later = now + Duration::from_secs(3600);
+        windows.dispatched(much_later);
+        windows.dispatched(much_later);
+        assert_eq!(
+            windows.ready_at(much_later),
+            Some(much_later + Duration::from_secs(1)),
+            "two held, two sent"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_window_counts_what_requests_take() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let report = RateReport {
+            requests: None,
+            tokens: Some(Quota {
+                per_minute: Some(60_000.0),
+                remaining: 250,
+                reset: None,
+            }),
+        };
+        let sent = windows.dispatched(now);
+        assert_eq!(windows.follow(now, &report, sent, None), None);
+        assert_eq!(windows.ready_at(now), None, "no cost known yet");
+        windows.follow(now, &report, sent, Some(100.0));
+        windows.dispatched(now);
+        windows.dispatched(now);
+        // 50 tokens left, 100 a request, 1,000 a second.
+        assert_eq!(windows.ready_at(now), Some(now + Duration::from_millis(50)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spent_window_of_unknown_rate_holds_until_it_resets() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let sent = windows.dispatched(now);
+        let report = RateReport {
+            requests: Some(Quota {
+                per_minute: None,
+                remaining: 0,
+                reset: Some(Duration::from_secs(6)),
+            }),
+            tokens: None,
+        };
+        assert_eq!(
+            windows.follow(now, &report, sent, None),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(windows.ready_at(now), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shard_refills_at_its_share_of_the_rate() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::shared_by(4);
+        let sent = windows.dispatched(now);
+        windows.follow(now, &requests(600.0, 0), sent, None);
+        assert_eq!(
+            windows.ready_at(now),
+            Some(now + Duration::from_millis(400))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tiny_rate_waits_at_most_the_longest_wait() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let sent = windows.dispatched(now);
+        windows.follow(now, &requests(1e-300, 0), sent, None);
+        assert_eq!(windows.ready_at(now), Some(now + MAX_WAIT));
+    }
+}
