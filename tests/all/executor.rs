@@ -410,6 +410,25 @@ async fn a_providers_rate_window_is_followed_not_hammered() {
 }
 
 #[tokio::test]
+async fn a_providers_token_window_is_followed_not_hammered() {
+    // 45,000 tokens a minute from a bucket of 4,500; each request here takes
+    // about 15 (its prompt's words and its answer's), so the rows beyond
+    // the first 300 or so go about 50 a second.
+    let server = TestLlmServer::start(Script {
+        tokens_per_minute: Some(45_000),
+        latency: Duration::from_millis(20),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(&server, 450, "pool_size: 64", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 450);
+    let rejected = server.served().iter().filter(|s| s.status == 429).count();
+    assert!(rejected <= 23, "{rejected} requests refused; {summary}");
+}
+
+#[tokio::test]
 async fn azure_endpoints_use_the_deployment_url_and_the_api_key_header() {
     let server = TestLlmServer::start(Script {
         require_key: Some(KEY.into()),

@@ -79,6 +79,10 @@ pub struct Script {
     /// Requests per minute, as a token bucket holding 6 seconds' worth; every
     /// answer carries `x-ratelimit-*-requests` headers.
     pub requests_per_minute: Option<u32>,
+    /// Tokens per minute, as a bucket holding 6 seconds' worth; a request
+    /// takes the tokens its answer's `usage` reports (prompt and answer), at
+    /// its arrival. Every answer carries `x-ratelimit-*-tokens` headers.
+    pub tokens_per_minute: Option<u32>,
     /// (from, to) since start: every request in the window gets 500.
     pub outage: Option<(Duration, Duration)>,
     /// (n, length): once n requests have arrived, every request gets 500 for
@@ -157,6 +161,7 @@ impl Default for Script {
             capacity: None,
             capacity_steps: Vec::new(),
             requests_per_minute: None,
+            tokens_per_minute: None,
             outage: None,
             outage_after: None,
             fault_rate: 0.0,
@@ -257,6 +262,7 @@ struct Shared {
     script: Script,
     started: Instant,
     bucket: Mutex<Bucket>,
+    token_bucket: Mutex<Bucket>,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
     count: AtomicU64,
@@ -283,6 +289,7 @@ impl TestLlmServer {
 
     pub async fn bind(script: Script, addr: &str) -> std::io::Result<Self> {
         let bucket = Bucket::full(script.requests_per_minute);
+        let token_bucket = Bucket::full(script.tokens_per_minute);
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let started = Instant::now();
@@ -294,6 +301,7 @@ impl TestLlmServer {
             started,
             queue,
             bucket: Mutex::new(bucket),
+            token_bucket: Mutex::new(token_bucket),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
             count: AtomicU64::new(0),
@@ -463,15 +471,15 @@ impl Bucket {
         }
     }
 
-    /// Takes one request if there is room; returns the headers' figures.
-    fn take(&mut self) -> (bool, u64, Duration) {
+    /// Takes `n` if there is room; returns the headers' figures.
+    fn take(&mut self, n: f64) -> (bool, u64, Duration) {
         let now = Instant::now();
         self.level =
             (self.level + (now - self.at).as_secs_f64() * self.per_second).min(self.capacity);
         self.at = now;
-        let allowed = self.level >= 1.0;
+        let allowed = self.level >= n;
         if allowed {
-            self.level -= 1.0;
+            self.level -= n;
         }
         let to_full = Duration::from_secs_f64((self.capacity - self.level) / self.per_second);
         (allowed, self.level.floor() as u64, to_full)
@@ -724,7 +732,7 @@ async fn answer(
     }
     let mut rate_headers = Vec::new();
     if let Some(rpm) = script.requests_per_minute.filter(|_| arrival == Online) {
-        let (allowed, remaining, to_full) = shared.bucket.lock().unwrap().take();
+        let (allowed, remaining, to_full) = shared.bucket.lock().unwrap().take(1.0);
         rate_headers = vec![
             ("x-ratelimit-limit-requests", rpm.to_string()),
             ("x-ratelimit-remaining-requests", remaining.to_string()),
@@ -746,6 +754,35 @@ async fn answer(
             add_headers(&mut response, &[("retry-after-ms", next_ms.to_string())]);
             return response;
         }
+    }
+    // Computed ahead only when a token window needs what it takes.
+    let mut chat = None;
+    if let Some(tpm) = script.tokens_per_minute.filter(|_| arrival == Online) {
+        let answer = Chat::of(script, &parsed, &user_message, sequence, &reflected);
+        let tokens = (answer.prompt_tokens + answer.completion_tokens) as f64;
+        let (allowed, remaining, to_full) = shared.token_bucket.lock().unwrap().take(tokens);
+        rate_headers.extend([
+            ("x-ratelimit-limit-tokens", tpm.to_string()),
+            ("x-ratelimit-remaining-tokens", remaining.to_string()),
+            (
+                "x-ratelimit-reset-tokens",
+                format!("{:.3}s", to_full.as_secs_f64()),
+            ),
+        ]);
+        if !allowed {
+            log(429, None);
+            let mut response = error(
+                429,
+                "rate_limit_exceeded",
+                "Tokens per minute exceeded",
+                None,
+            );
+            let next_ms = (60_000.0 * tokens / tpm as f64).ceil();
+            add_headers(&mut response, &rate_headers);
+            add_headers(&mut response, &[("retry-after-ms", next_ms.to_string())]);
+            return response;
+        }
+        chat = Some(answer);
     }
     if let Some(capacity) = capacity_now(script, since_start)
         && arrival == Online
@@ -811,34 +848,12 @@ async fn answer(
         tokio::time::sleep(latency).await;
     }
     log(200, None);
-    // In a conversation that goes on after an answer (an answer asked
-    // again), the question is still the first user message.
-    let question = parsed["messages"]
-        .as_array()
-        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default();
-    let content = match script.reply {
-        Reply::Structured => structured::answer(script, &parsed, question, sequence),
-        Reply::Label => label_answer(&parsed, &user_message),
-        reply => expected_answer(reply, &user_message),
-    } + &reflected;
-    // Words of every message stand in for tokens: enough to compare prompts.
-    let prompt_tokens: usize = parsed["messages"]
-        .as_array()
-        .map(|messages| {
-            messages
-                .iter()
-                .filter_map(|m| m["content"].as_str())
-                .map(|c| c.split_whitespace().count())
-                .sum()
-        })
-        .unwrap_or_default();
-    let (content, finish_reason) = match parsed["max_tokens"].as_u64() {
-        Some(limit) if script.cut_at_max_tokens => cut_at(content, limit as usize),
-        _ => (content, "stop"),
-    };
-    let completion_tokens = content.split_whitespace().count();
+    let Chat {
+        content,
+        finish_reason,
+        prompt_tokens,
+        completion_tokens,
+    } = chat.unwrap_or_else(|| Chat::of(script, &parsed, &user_message, sequence, &reflected));
     let reply = json!({
         "id": format!("chatcmpl-test-{sequence}"),
         "object": "chat.completion",
@@ -861,6 +876,59 @@ async fn answer(
         );
     }
     response
+}
+
+/// A chat answer and the tokens it reports.
+struct Chat {
+    content: String,
+    finish_reason: &'static str,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+}
+
+impl Chat {
+    fn of(
+        script: &Script,
+        parsed: &Value,
+        user_message: &str,
+        sequence: u64,
+        reflected: &str,
+    ) -> Self {
+        // In a conversation that goes on after an answer (an answer asked
+        // again), the question is still the first user message.
+        let question = parsed["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        let content = match script.reply {
+            Reply::Structured => structured::answer(script, parsed, question, sequence),
+            Reply::Label => label_answer(parsed, user_message),
+            reply => expected_answer(reply, user_message),
+        } + reflected;
+        // Words of every message stand in for tokens: enough to compare prompts.
+        let prompt_tokens: usize = parsed["messages"]
+            .as_array()
+            .map(|messages| {
+                messages
+                    .iter()
+                    .filter_map(|m| m["content"].as_str())
+                    .map(|c| c.split_whitespace().count())
+                    .sum()
+            })
+            .unwrap_or_default();
+        let (content, finish_reason) = match parsed["max_tokens"].as_u64() {
+            Some(limit) if script.cut_at_max_tokens => cut_at(content, limit as usize),
+            _ => (content, "stop"),
+        };
+        let completion_tokens = content.split_whitespace().count();
+        Self {
+            content,
+            finish_reason,
+            prompt_tokens,
+            completion_tokens,
+        }
+    }
 }
 
 async fn faulty(shared: &Shared, sequence: u64, fault: Fault, log: &impl Fn(u16)) -> Response {

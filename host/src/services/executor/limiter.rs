@@ -49,6 +49,8 @@ struct State {
     controller: Controller,
     pacing: Pacing,
     windows: ProviderWindows,
+    /// Requests in line wait behind the first for pacing or a rate window.
+    held_line: bool,
     in_flight: usize,
     waiting: VecDeque<Waiter>,
     retries_waiting: VecDeque<Waiter>,
@@ -116,6 +118,7 @@ impl Limiter {
                 controller: Controller::new(initial, max, now),
                 pacing: Pacing::new(now),
                 windows,
+                held_line: false,
                 in_flight: 0,
                 waiting: VecDeque::new(),
                 retries_waiting: VecDeque::new(),
@@ -175,10 +178,15 @@ impl Limiter {
             s.leave(place.lane, place.id);
             place.left = true;
         }
-        if s.held_until(now).is_some()
-            && let Some(next) = s.retries_waiting.front().or(s.waiting.front())
-        {
-            next.wake.notify_one();
+        if s.held_line {
+            if s.held_until(now).is_some() {
+                if let Some(next) = s.retries_waiting.front().or(s.waiting.front()) {
+                    next.wake.notify_one();
+                }
+            } else {
+                s.held_line = false;
+                s.wake_those_with_room(now);
+            }
         }
         Permit {
             limiter: self,
@@ -353,7 +361,7 @@ impl Drop for Place<'_> {
 }
 
 impl State {
-    fn turn(&self, lane: Lane, id: Option<u64>) -> Turn {
+    fn turn(&mut self, lane: Lane, id: Option<u64>) -> Turn {
         let now = Instant::now();
         if let Some(until) = self.pacing.paused(now) {
             return Turn::Until(until);
@@ -364,9 +372,13 @@ impl State {
         }
         match self.held_until(now) {
             // Only the first in line waits on the clock; it wakes the next
-            // when it goes (`Limiter::take`). A line of hundreds woken at
-            // every dispatch to let one go cost more CPU than the requests.
-            Some(_) if ahead > 0 => Turn::Woken,
+            // when it goes, and the whole line once nothing holds it
+            // (`Limiter::take`). A line of hundreds woken at every dispatch
+            // to let one go cost more CPU than the requests.
+            Some(_) if ahead > 0 => {
+                self.held_line = true;
+                Turn::Woken
+            }
             Some(at) => Turn::Until(at),
             None => Turn::Go,
         }
@@ -709,6 +721,54 @@ mod tests {
             task.await.unwrap();
         }
         assert_eq!(order_rx.recv().await.unwrap(), "retry");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_line_held_by_a_rate_window_leaves_at_its_rate_then_all_at_once() {
+        use weir_formats::http_headers::Quota;
+        let window = |remaining| RateReport {
+            requests: Some(Quota {
+                per_minute: Some(600.0),
+                remaining,
+                reset: None,
+            }),
+            tokens: None,
+        };
+        let limiter = Arc::new(Limiter::new(8, 8));
+        let first = limiter.acquire(None, false).await.unwrap();
+        let sent_as = first.sent_as();
+        first.release(Signal::Neutral);
+        // Two left when the first was taken: 600 a minute is one a 100 ms.
+        limiter.follow_rate_report(&window(2), sent_as, None, Duration::from_secs(60));
+        let started = Instant::now();
+        let (went_tx, mut went) = tokio::sync::mpsc::unbounded_channel();
+        for _ in 0..6 {
+            let limiter = Arc::clone(&limiter);
+            let went = went_tx.clone();
+            tokio::spawn(async move {
+                let deadline = Some(Instant::now() + Duration::from_secs(5));
+                let permit = limiter.acquire(deadline, false).await;
+                went.send((permit.as_ref().map(|p| p.sent_as()), Instant::now()))
+                    .unwrap();
+                std::future::pending::<()>().await;
+            });
+        }
+        let mut times = Vec::new();
+        for _ in 0..4 {
+            let (sent_as, at) = went.recv().await.unwrap();
+            assert!(sent_as.is_some(), "a request waited out its deadline");
+            times.push(at - started);
+        }
+        let ms = Duration::from_millis;
+        assert_eq!(times, [ms(0), ms(0), ms(100), ms(200)]);
+        // The provider reports room again: the two still in line go now,
+        // though nothing was answered since.
+        limiter.follow_rate_report(&window(1000), sent_as, None, Duration::from_secs(60));
+        for _ in 0..2 {
+            let (sent_as, at) = went.recv().await.unwrap();
+            assert!(sent_as.is_some(), "a request waited out its deadline");
+            assert_eq!(at - started, ms(200));
+        }
     }
 
     #[tokio::test(start_paused = true)]

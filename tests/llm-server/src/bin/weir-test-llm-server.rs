@@ -39,6 +39,11 @@ struct Args {
     /// rate limit does; every answer carries `x-ratelimit-*-requests`.
     #[arg(long)]
     requests_per_minute: Option<u32>,
+    /// Allow this many tokens a minute (a bucket holding 6 seconds' worth),
+    /// a request taking what its answer's `usage` reports; 429 with
+    /// `retry-after-ms` beyond; every answer carries `x-ratelimit-*-tokens`.
+    #[arg(long)]
+    tokens_per_minute: Option<u32>,
     /// Misbehave as a kind of endpoint does, around `--latency-ms`: chaos
     /// (like ChaosLLM's preset: a quarter of requests fail with 429, 529,
     /// 503, 502, 504, 500, resets, 30–60 s hangs, HTML or truncated bodies;
@@ -101,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
         retry_after_seconds: args.retry_after.or(base.retry_after_seconds),
         serve_at_once: args.serve_at_once,
         requests_per_minute: args.requests_per_minute,
+        tokens_per_minute: args.tokens_per_minute,
         batch_seconds: Duration::try_from_secs_f64(args.batch_seconds).map_err(|_| {
             anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
         })?,
