@@ -450,8 +450,8 @@ pub fn expected_answer(reply: Reply, message: &str) -> String {
     }
 }
 
-/// A token bucket of requests: refills at `per_minute / 60` a second and
-/// holds 6 seconds' worth.
+/// A token bucket of requests or tokens: refills at `per_minute / 60` a
+/// second and holds 6 seconds' worth.
 struct Bucket {
     per_second: f64,
     capacity: f64,
@@ -732,27 +732,12 @@ async fn answer(
     }
     let mut rate_headers = Vec::new();
     if let Some(rpm) = script.requests_per_minute.filter(|_| arrival == Online) {
-        let (allowed, remaining, to_full) = shared.bucket.lock().unwrap().take(1.0);
-        rate_headers = vec![
-            ("x-ratelimit-limit-requests", rpm.to_string()),
-            ("x-ratelimit-remaining-requests", remaining.to_string()),
-            (
-                "x-ratelimit-reset-requests",
-                format!("{:.3}s", to_full.as_secs_f64()),
-            ),
-        ];
-        if !allowed {
+        let mut bucket = shared.bucket.lock().unwrap();
+        if let Some(refused) =
+            take_from_window(&mut bucket, rpm, 1.0, REQUEST_WINDOW, &mut rate_headers)
+        {
             log(429, None);
-            let mut response = error(
-                429,
-                "rate_limit_exceeded",
-                "Requests per minute exceeded",
-                None,
-            );
-            let next_ms = (60_000.0 / rpm as f64).ceil();
-            add_headers(&mut response, &rate_headers);
-            add_headers(&mut response, &[("retry-after-ms", next_ms.to_string())]);
-            return response;
+            return refused;
         }
     }
     // Computed ahead only when a token window needs what it takes.
@@ -760,27 +745,12 @@ async fn answer(
     if let Some(tpm) = script.tokens_per_minute.filter(|_| arrival == Online) {
         let answer = Chat::of(script, &parsed, &user_message, sequence, &reflected);
         let tokens = (answer.prompt_tokens + answer.completion_tokens) as f64;
-        let (allowed, remaining, to_full) = shared.token_bucket.lock().unwrap().take(tokens);
-        rate_headers.extend([
-            ("x-ratelimit-limit-tokens", tpm.to_string()),
-            ("x-ratelimit-remaining-tokens", remaining.to_string()),
-            (
-                "x-ratelimit-reset-tokens",
-                format!("{:.3}s", to_full.as_secs_f64()),
-            ),
-        ]);
-        if !allowed {
+        let mut bucket = shared.token_bucket.lock().unwrap();
+        if let Some(refused) =
+            take_from_window(&mut bucket, tpm, tokens, TOKEN_WINDOW, &mut rate_headers)
+        {
             log(429, None);
-            let mut response = error(
-                429,
-                "rate_limit_exceeded",
-                "Tokens per minute exceeded",
-                None,
-            );
-            let next_ms = (60_000.0 * tokens / tpm as f64).ceil();
-            add_headers(&mut response, &rate_headers);
-            add_headers(&mut response, &[("retry-after-ms", next_ms.to_string())]);
-            return response;
+            return refused;
         }
         chat = Some(answer);
     }
@@ -876,6 +846,58 @@ async fn answer(
         );
     }
     response
+}
+
+/// A rate window's name in messages and its `x-ratelimit-*` headers:
+/// limit, remaining, reset.
+type WindowNames = (&'static str, [&'static str; 3]);
+
+const REQUEST_WINDOW: WindowNames = (
+    "requests",
+    [
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ],
+);
+const TOKEN_WINDOW: WindowNames = (
+    "tokens",
+    [
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+    ],
+);
+
+/// Takes `n` from a rate window of `per_minute` and adds its headers to
+/// `headers`; returns a 429 carrying them, as OpenAI answers, when the
+/// window has not that much left.
+fn take_from_window(
+    bucket: &mut Bucket,
+    per_minute: u32,
+    n: f64,
+    (kind, [limit, left, reset]): WindowNames,
+    headers: &mut Vec<(&'static str, String)>,
+) -> Option<Response> {
+    let (allowed, remaining, to_full) = bucket.take(n);
+    headers.extend([
+        (limit, per_minute.to_string()),
+        (left, remaining.to_string()),
+        (reset, format!("{:.3}s", to_full.as_secs_f64())),
+    ]);
+    if allowed {
+        return None;
+    }
+    let mut response = error(
+        429,
+        "rate_limit_exceeded",
+        &format!("Rate limit reached for {kind} per minute"),
+        None,
+    );
+    let next_ms = (60_000.0 * n / per_minute as f64).ceil();
+    add_headers(&mut response, headers);
+    add_headers(&mut response, &[("retry-after-ms", next_ms.to_string())]);
+    Some(response)
 }
 
 /// A chat answer and the tokens it reports.
