@@ -1,5 +1,6 @@
 //! The response headers by which an endpoint asks weir to wait: `Retry-After`,
-//! `retry-after-ms` and the `x-ratelimit-*` family. They are the server's
+//! `retry-after-ms`, and the rate windows of the `x-ratelimit-*` and
+//! `anthropic-ratelimit-*` families. They are the server's
 //! word, from anywhere on the way (a provider, a proxy, a misconfigured
 //! gateway), so whatever they say — `1e30`, `inf`, a date in the year 9999 —
 //! the answer is a duration of at most [`MAX_WAIT`] or nothing, never a panic.
@@ -101,6 +102,8 @@ const TOKEN_HEADERS: [[&str; 3]; 2] = [
     ],
 ];
 
+/// Reads the rate windows an answer reports; a limit that is not a positive
+/// number is left out (no window would refill at it).
 pub fn rate_report<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<RateReport> {
     let text = |name: &str| header(name).map(str::trim);
     let quota = |names: &[[&str; 3]; 2]| {
