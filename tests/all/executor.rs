@@ -384,18 +384,27 @@ async fn exhausted_rate_limit_headers_pause_the_endpoint() {
 }
 
 /// Runs 450 rows at `pool_size: 64` against a server answering in 20 ms
-/// within `window`, which weir is not told of; returns how long the run took
-/// and how many requests the server refused.
-async fn run_within_rate_window(window: Script) -> (Duration, usize) {
+/// within `window`, which weir is not told of, with the node's `options`;
+/// returns how long the run took and how many requests the server refused.
+async fn run_within_rate_window(window: Script, options: &str) -> (Duration, usize) {
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(20),
         ..window
     })
     .await
     .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(450));
+    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 64", "", options);
+    let pipeline = ws.write("p.yaml", &yaml);
     let started = Instant::now();
-    let (_ws, rows, code, summary) = run(&server, 450, "pool_size: 64", "").await;
-    assert_eq!(code, Some(0), "{summary}");
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<Value> = std::fs::read_to_string(ws.path("out.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_all_answered(&rows, 450);
     let refused = server.served().iter().filter(|s| s.status == 429).count();
     (started.elapsed(), refused)
@@ -406,10 +415,13 @@ async fn a_providers_rate_window_is_followed_not_hammered() {
     // 3,000 a minute from a bucket of 300: the 150 rows beyond the bucket
     // can go no faster than 50 a second. The answers'
     // `x-ratelimit-*-requests` headers say it all.
-    let (took, refused) = run_within_rate_window(Script {
-        requests_per_minute: Some(3000),
-        ..Script::default()
-    })
+    let (took, refused) = run_within_rate_window(
+        Script {
+            requests_per_minute: Some(3000),
+            ..Script::default()
+        },
+        ECHO_OPTIONS,
+    )
     .await;
     assert!(took >= Duration::from_millis(2900), "{took:?}");
     // Following the headers only once they said the window was spent,
@@ -423,15 +435,38 @@ async fn a_providers_rate_window_is_followed_not_hammered() {
 #[tokio::test]
 async fn a_providers_token_window_is_followed_not_hammered() {
     // 45,000 tokens a minute from a bucket of 4,500; each request here takes
-    // about 15 (its prompt's words and its answer's), so the rows beyond
-    // the first 300 or so go about 50 a second.
-    let (took, refused) = run_within_rate_window(Script {
-        tokens_per_minute: Some(45_000),
-        ..Script::default()
-    })
+    // 17 (its prompt's 8 words and its answer's 9), so the rows beyond the
+    // first 264 go 44 a second: 4.2 s.
+    let (took, refused) = run_within_rate_window(
+        Script {
+            tokens_per_minute: Some(45_000),
+            ..Script::default()
+        },
+        ECHO_OPTIONS,
+    )
     .await;
-    assert!(took >= Duration::from_millis(2500), "{took:?}");
+    assert!(took >= Duration::from_millis(4000), "{took:?}");
     assert!(refused <= 23, "{refused} requests refused");
+}
+
+#[tokio::test]
+async fn a_token_window_that_counts_max_tokens_up_front_is_followed_too() {
+    // Each request reserves its 60 `max_tokens` and its prompt's 8, though
+    // its answer uses 9: 68 a request against the 17 the answers' `usage`
+    // shows. 150,000 a minute from a bucket of 15,000: 220 rows at once,
+    // then 37 a second: 6.2 s. Counting requests at their usage, 232
+    // requests were refused besides the 450 answered.
+    let options = format!("{ECHO_OPTIONS}      max_tokens: 60\n");
+    let (took, refused) = run_within_rate_window(
+        Script {
+            tokens_per_minute: Some(150_000),
+            ..Script::default()
+        },
+        &options,
+    )
+    .await;
+    assert!(took >= Duration::from_millis(5000), "{took:?}");
+    assert!(refused <= 45, "{refused} requests refused");
 }
 
 #[tokio::test]

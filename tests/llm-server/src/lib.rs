@@ -80,8 +80,9 @@ pub struct Script {
     /// answer carries `x-ratelimit-*-requests` headers.
     pub requests_per_minute: Option<u32>,
     /// Tokens per minute, as a bucket holding 6 seconds' worth; a request
-    /// takes the tokens its answer's `usage` reports (prompt and answer), at
-    /// its arrival. Every answer carries `x-ratelimit-*-tokens` headers.
+    /// takes, at its arrival, its prompt's tokens and its `max_tokens` when
+    /// it gives one (as OpenAI and Anthropic count), else its answer's.
+    /// Every answer carries `x-ratelimit-*-tokens` headers.
     pub tokens_per_minute: Option<u32>,
     /// (from, to) since start: every request in the window gets 500.
     pub outage: Option<(Duration, Duration)>,
@@ -744,7 +745,12 @@ async fn answer(
     let mut chat = None;
     if let Some(tpm) = script.tokens_per_minute.filter(|_| arrival == Online) {
         let answer = Chat::of(script, &parsed, &user_message, sequence, &reflected);
-        let tokens = (answer.prompt_tokens + answer.completion_tokens) as f64;
+        // A request's `max_tokens` is taken up front, as OpenAI and Anthropic
+        // count it, whatever the answer then uses.
+        let answer_tokens = parsed["max_tokens"]
+            .as_u64()
+            .map_or(answer.completion_tokens, |most| most as usize);
+        let tokens = (answer.prompt_tokens + answer_tokens) as f64;
         let mut bucket = shared.token_bucket.lock().unwrap();
         if let Some(refused) =
             take_from_window(&mut bucket, tpm, tokens, TOKEN_WINDOW, &mut rate_headers)

@@ -17,6 +17,7 @@ use weir_formats::http_headers::{Quota, RateReport, wait_of_seconds};
 pub struct ProviderWindows {
     requests: Option<Mirror>,
     tokens: Option<Mirror>,
+    token_cost: CostFromReports,
     /// Requests sent so far, the number of the next one.
     sent: u64,
     /// Of each window's refill, what is this endpoint's: a shard of a run
@@ -50,6 +51,7 @@ impl ProviderWindows {
         Self {
             requests: None,
             tokens: None,
+            token_cost: CostFromReports::default(),
             sent: 0,
             share: 1.0 / f64::from(shards.max(1)),
         }
@@ -74,9 +76,11 @@ impl ProviderWindows {
     }
 
     /// Takes in the report of the answer to request `sent_as`; the
-    /// endpoint's requests have taken `tokens_per_request` on average (when
-    /// known). Returns how long to hold every request for a spent window
-    /// whose rate the answer does not give: until it resets.
+    /// endpoint's answers have used `tokens_per_request` on average (when
+    /// known). A request is counted against a token window at that, or at
+    /// what the window's reports show requests take, whichever is more.
+    /// Returns how long to hold every request for a spent window whose rate
+    /// the answer does not give: until it resets.
     ///
     /// Requests sent together, on connections of their own, may reach the
     /// provider out of order, so a report may count one or two sent after it
@@ -95,10 +99,25 @@ impl ProviderWindows {
         // The other shards sent as much as this one since, by and large.
         let uncounted = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
         let share = self.share;
+        if let Some(quota) = report.tokens
+            && let Some(per_minute) = quota.per_minute
+        {
+            self.token_cost.observe(
+                now,
+                sent_as,
+                quota.remaining as f64,
+                per_minute * share / 60.0,
+            );
+        }
+        let learned = self.token_cost.per_request().map(|cost| cost * share);
+        let token_cost = match (tokens_per_request, learned) {
+            (Some(used), Some(learned)) => Some(used.max(learned)),
+            (used, learned) => used.or(learned),
+        };
         let mut hold = None;
         for (mirror, quota, cost) in [
             (&mut self.requests, report.requests, Some(1.0)),
-            (&mut self.tokens, report.tokens, tokens_per_request),
+            (&mut self.tokens, report.tokens, token_cost),
         ] {
             let Some(quota) = quota else { continue };
             match (quota.per_minute, cost.filter(|c| c.is_finite() && *c > 0.0)) {
@@ -114,6 +133,57 @@ impl ProviderWindows {
 
     fn mirrors_mut(&mut self) -> impl Iterator<Item = &mut Mirror> {
         [&mut self.requests, &mut self.tokens].into_iter().flatten()
+    }
+}
+
+/// What a request takes of a token window, read off the window's fall from
+/// one report to a later one: a provider may count a request at more than
+/// its answer's `usage` (OpenAI and Anthropic count its `max_tokens` up
+/// front), and the window is what it counts by.
+#[derive(Default)]
+struct CostFromReports {
+    /// The latest report by request number: (number, what was left, when
+    /// it came).
+    last: Option<(u64, f64, Instant)>,
+    /// The most the window was ever reported to hold.
+    most: f64,
+    mean: Option<f64>,
+}
+
+/// Share of its capacity above which a window refills no further, or
+/// hardly: a fall read there says little of what requests take.
+const NEAR_FULL: f64 = 0.9;
+
+impl CostFromReports {
+    /// Reads the report of request `sent_as`, `remaining` left, the window
+    /// refilling `per_second` (for this endpoint's share of it).
+    fn observe(&mut self, now: Instant, sent_as: u64, remaining: f64, per_second: f64) {
+        self.most = self.most.max(remaining);
+        let Some((before, left_before, at)) = self.last else {
+            self.last = Some((sent_as, remaining, now));
+            return;
+        };
+        if sent_as <= before {
+            return;
+        }
+        self.last = Some((sent_as, remaining, now));
+        let near_full = self.most * NEAR_FULL;
+        if left_before >= near_full || remaining >= near_full {
+            return;
+        }
+        let requests = (sent_as - before) as f64;
+        let refilled = now.saturating_duration_since(at).as_secs_f64() * per_second;
+        let sample = ((left_before - remaining + refilled) / requests).max(0.0);
+        // About the last 64 requests' worth.
+        let weight = (requests / 64.0).min(1.0);
+        self.mean = Some(
+            self.mean
+                .map_or(sample, |mean| mean + weight * (sample - mean)),
+        );
+    }
+
+    fn per_request(&self) -> Option<f64> {
+        self.mean.filter(|cost| cost.is_finite() && *cost > 0.0)
     }
 }
 
@@ -235,6 +305,36 @@ mod tests {
         windows.dispatched(now);
         // 50 tokens left, 100 a request, 1,000 a second.
         assert_eq!(windows.ready_at(now), Some(now + Duration::from_millis(50)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_window_counts_requests_at_what_its_reports_show_they_take() {
+        let tokens = |remaining| RateReport {
+            requests: None,
+            tokens: Some(Quota {
+                per_minute: Some(60_000.0),
+                remaining,
+                reset: None,
+            }),
+        };
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        for _ in 0..31 {
+            windows.dispatched(now);
+        }
+        windows.follow(now, &tokens(40_000), 0, Some(15.0));
+        // Answers say 15 tokens each; from request 10 to request 30 the
+        // window fell 60 a request, besides refilling 1,000 a second.
+        windows.follow(now, &tokens(20_000), 10, Some(15.0));
+        let later = now + Duration::from_millis(100);
+        windows.follow(later, &tokens(20_000 - 20 * 60 + 100), 30, Some(15.0));
+        let tokens_mirror = windows.tokens.as_ref().unwrap();
+        assert_eq!(tokens_mirror.cost, 60.0);
+        // Near full, a fall says nothing: the usage is all there is.
+        let mut fresh = ProviderWindows::default();
+        fresh.follow(now, &tokens(20_000), 0, Some(15.0));
+        fresh.follow(later, &tokens(19_990), 20, Some(15.0));
+        assert_eq!(fresh.tokens.as_ref().unwrap().cost, 15.0);
     }
 
     #[tokio::test(start_paused = true)]

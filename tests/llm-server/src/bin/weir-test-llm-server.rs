@@ -40,8 +40,9 @@ struct Args {
     #[arg(long)]
     requests_per_minute: Option<u32>,
     /// Allow this many tokens a minute (a bucket holding 6 seconds' worth),
-    /// a request taking what its answer's `usage` reports; 429 with
-    /// `retry-after-ms` beyond; every answer carries `x-ratelimit-*-tokens`.
+    /// a request taking its prompt's tokens and its `max_tokens` (else its
+    /// answer's) at arrival; 429 with `retry-after-ms` beyond; every answer
+    /// carries `x-ratelimit-*-tokens`.
     #[arg(long)]
     tokens_per_minute: Option<u32>,
     /// Misbehave as a kind of endpoint does, around `--latency-ms`: chaos
