@@ -102,13 +102,10 @@ impl ProviderWindows {
         if let Some(quota) = report.tokens
             && let Some(per_minute) = quota.per_minute
         {
-            self.token_cost.observe(
-                now,
-                sent_as,
-                quota.remaining as f64,
-                per_minute * share / 60.0,
-            );
+            self.token_cost
+                .observe(now, sent_as, quota.remaining as f64, per_minute / 60.0);
         }
+        // The window's fall counts the other shards' requests as well.
         let learned = self.token_cost.per_request().map(|cost| cost * share);
         let token_cost = match (tokens_per_request, learned) {
             (Some(used), Some(learned)) => Some(used.max(learned)),
@@ -156,7 +153,7 @@ const NEAR_FULL: f64 = 0.9;
 
 impl CostFromReports {
     /// Reads the report of request `sent_as`, `remaining` left, the window
-    /// refilling `per_second` (for this endpoint's share of it).
+    /// refilling `per_second`.
     fn observe(&mut self, now: Instant, sent_as: u64, remaining: f64, per_second: f64) {
         self.most = self.most.max(remaining);
         let Some((before, left_before, at)) = self.last else {
