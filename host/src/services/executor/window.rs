@@ -37,7 +37,8 @@ struct Mirror {
     /// What the window held at `at`, less what was sent since; below zero
     /// when more was sent than it held.
     level: f64,
-    /// The most it was ever reported to hold: it refills no further.
+    /// The most it was ever reported to hold: it refills no further, or
+    /// to one request when that is more.
     capacity: f64,
     at: Instant,
     /// What a request takes of it.
@@ -208,7 +209,10 @@ impl Mirror {
 
     fn level_at(&self, now: Instant) -> f64 {
         let refilled = now.saturating_duration_since(self.at).as_secs_f64() * self.per_second;
-        (self.level + refilled).min(self.capacity)
+        // It holds a whole request at least, though never seen to: waiting
+        // for more than it holds would wait for ever, with no answer coming
+        // to say more.
+        (self.level + refilled).min(self.capacity.max(self.cost))
     }
 
     fn ready_at(&self, now: Instant) -> Option<Instant> {
@@ -364,6 +368,22 @@ mod tests {
             windows.ready_at(now),
             Some(now + Duration::from_millis(400))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_first_seen_empty_does_not_hold_requests_for_ever() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let sent = windows.dispatched(now);
+        // The only request in flight comes back with nothing left: no other
+        // answer will come to say the window refilled.
+        windows.follow(now, &requests(600.0, 0), sent, None);
+        let ms = Duration::from_millis;
+        assert_eq!(windows.ready_at(now), Some(now + ms(100)));
+        windows.dispatched(now + ms(100));
+        assert_eq!(windows.ready_at(now + ms(100)), Some(now + ms(200)));
+        let much_later = now + Duration::from_secs(60);
+        assert_eq!(windows.ready_at(much_later), None);
     }
 
     #[tokio::test(start_paused = true)]
