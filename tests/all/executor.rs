@@ -16,9 +16,20 @@ async fn run(
     endpoint: &str,
     transform: &str,
 ) -> (Workspace, Vec<Value>, Option<i32>, String) {
+    run_with_options(server, rows, endpoint, transform, ECHO_OPTIONS).await
+}
+
+/// `run`, with the node's `options` instead of `ECHO_OPTIONS`.
+async fn run_with_options(
+    server: &TestLlmServer,
+    rows: usize,
+    endpoint: &str,
+    transform: &str,
+    options: &str,
+) -> (Workspace, Vec<Value>, Option<i32>, String) {
     let ws = Workspace::new();
     ws.write("in.csv", &numbered_rows(rows));
-    let yaml = pipeline_with("in.csv", "out.jsonl", endpoint, transform, ECHO_OPTIONS);
+    let yaml = pipeline_with("in.csv", "out.jsonl", endpoint, transform, options);
     let pipeline = ws.write("p.yaml", &yaml);
     let out = run_with_key(&pipeline, &server.base_url()).await;
     let rows = std::fs::read_to_string(ws.path("out.jsonl"))
@@ -393,18 +404,10 @@ async fn run_within_rate_window(window: Script, options: &str) -> (Duration, usi
     })
     .await
     .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(450));
-    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 64", "", options);
-    let pipeline = ws.write("p.yaml", &yaml);
     let started = Instant::now();
-    let out = run_with_key(&pipeline, &server.base_url()).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let rows: Vec<Value> = std::fs::read_to_string(ws.path("out.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (_ws, rows, code, summary) =
+        run_with_options(&server, 450, "pool_size: 64", "", options).await;
+    assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 450);
     let refused = server.served().iter().filter(|s| s.status == 429).count();
     (started.elapsed(), refused)
