@@ -260,18 +260,23 @@ impl Limiter {
     }
 
     /// Follows what the answer to request `sent_as` reports of the
-    /// provider's rate windows (see `ProviderWindows::follow`); a hold it
-    /// asks for lasts at most `longest_hold`.
+    /// provider's rate windows (see `ProviderWindows::follow`), `refused`
+    /// when the answer was a refusal; a hold it asks for lasts at most
+    /// `longest_hold`.
     pub fn follow_rate_report(
         &self,
         report: &RateReport,
         sent_as: u64,
+        refused: bool,
         tokens_per_request: Option<f64>,
         longest_hold: Duration,
     ) {
         let hold = {
             let mut s = self.lock();
             let now = Instant::now();
+            if refused {
+                s.windows.refused(sent_as);
+            }
             let held = s.windows.ready_at(now).is_some();
             let hold = s.windows.follow(now, report, sent_as, tokens_per_request);
             if hold.is_none() && held && s.windows.ready_at(now).is_none() {
@@ -739,7 +744,7 @@ mod tests {
         let sent_as = first.sent_as();
         first.release(Signal::Neutral);
         // Two left when the first was taken: 600 a minute is one a 100 ms.
-        limiter.follow_rate_report(&window(2), sent_as, None, Duration::from_secs(60));
+        limiter.follow_rate_report(&window(2), sent_as, false, None, Duration::from_secs(60));
         let started = Instant::now();
         let (went_tx, mut went) = tokio::sync::mpsc::unbounded_channel();
         for _ in 0..6 {
@@ -763,7 +768,7 @@ mod tests {
         assert_eq!(times, [ms(0), ms(0), ms(100), ms(200)]);
         // The provider reports room again: the two still in line go now,
         // though nothing was answered since.
-        limiter.follow_rate_report(&window(1000), sent_as, None, Duration::from_secs(60));
+        limiter.follow_rate_report(&window(1000), sent_as, false, None, Duration::from_secs(60));
         for _ in 0..2 {
             let (sent_as, at) = went.recv().await.unwrap();
             assert!(sent_as.is_some(), "a request waited out its deadline");

@@ -243,13 +243,15 @@ impl Endpoint {
             self.report(transition);
         }
         let Ok(answer) = &tried.result else { return };
-        if matches!(tried.verdict, Verdict::Capacity { .. }) {
+        let refused = matches!(tried.verdict, Verdict::Capacity { .. });
+        if refused {
             self.stats.capacity_error();
         }
         if let Some(report) = rate::report(&answer.headers) {
             self.limiter.follow_rate_report(
                 &report,
                 sent_as,
+                refused,
                 self.stats.tokens_per_answer(),
                 self.retry_budget(),
             );

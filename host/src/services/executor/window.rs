@@ -10,6 +10,7 @@
 //! requests against the window (OpenAI says so), so sending into an empty
 //! one costs more than the refusal: it keeps the window empty.
 
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 use tokio::time::Instant;
 use weir_formats::http_headers::{Quota, RateReport, wait_of_seconds};
@@ -76,6 +77,13 @@ impl ProviderWindows {
             .max()
     }
 
+    /// Request `sent_as` was refused: it took nothing of the token window,
+    /// so the window's fall over the requests about it says less than what
+    /// requests take.
+    pub fn refused(&mut self, sent_as: u64) {
+        self.token_cost.refused(sent_as);
+    }
+
     /// Takes in the report of the answer to request `sent_as`; the
     /// endpoint's answers have used `tokens_per_request` on average (when
     /// known). A request is counted against a token window at that, or at
@@ -134,54 +142,101 @@ impl ProviderWindows {
     }
 }
 
-/// What a request takes of a token window, read off the window's fall from
-/// one report to a later one: a provider may count a request at more than
-/// its answer's `usage` (OpenAI and Anthropic count its `max_tokens` up
-/// front), and the window is what it counts by.
+/// What a request takes of a token window, read off the window's fall over
+/// the last few hundred requests: a provider may count a request at more
+/// than its answer's `usage` (OpenAI and Anthropic count its `max_tokens`
+/// up front), and the window is what it counts by.
+///
+/// Requests sent together reach the provider out of order, by dozens at the
+/// start of a run, when new connections open: one report may count many
+/// requests sent after it and miss many sent before. A fall read between
+/// neighbouring reports is mostly that noise; read over hundreds of requests
+/// it is a few per cent.
 #[derive(Default)]
 struct CostFromReports {
-    /// The latest report by request number: (number, what was left, when
-    /// it came).
-    last: Option<(u64, f64, Instant)>,
+    /// Reports at least `STEP` requests apart, by request number, the
+    /// oldest about `SPAN` requests back.
+    checkpoints: VecDeque<Checkpoint>,
+    /// Refused requests since the oldest checkpoint: they took nothing.
+    refused: BTreeSet<u64>,
     /// The most the window was ever reported to hold.
     most: f64,
-    mean: Option<f64>,
+    estimate: Option<f64>,
 }
 
-/// Share of its capacity above which a window refills no further, or
-/// hardly: a fall read there says little of what requests take.
-const NEAR_FULL: f64 = 0.9;
+struct Checkpoint {
+    sent_as: u64,
+    left: f64,
+    at: Instant,
+    /// What the window took in of its refill from the first checkpoint to
+    /// this one, at the least (see `observe`).
+    absorbed: f64,
+}
+
+/// Requests between checkpoints, at the least.
+const STEP: u64 = 16;
+/// Requests a fall is read over once that many have been reported.
+const SPAN: u64 = 512;
+/// Requests a fall is read over at the least.
+const MIN_SPAN: u64 = 128;
 
 impl CostFromReports {
     /// Reads the report of request `sent_as`, `remaining` left, the window
     /// refilling `per_second`.
     fn observe(&mut self, now: Instant, sent_as: u64, remaining: f64, per_second: f64) {
         self.most = self.most.max(remaining);
-        let Some((before, left_before, at)) = self.last else {
-            self.last = Some((sent_as, remaining, now));
-            return;
+        let absorbed = match self.checkpoints.back() {
+            Some(last) if sent_as < last.sent_as + STEP => return,
+            // A full window lets its refill go, and a window refilling from
+            // `left` lets go all beyond its capacity; what it took in is
+            // known exactly while it cannot have been full, and is at least
+            // the room it had otherwise.
+            Some(last) => {
+                let refilled = now.saturating_duration_since(last.at).as_secs_f64() * per_second;
+                last.absorbed + refilled.min(self.most - last.left).max(0.0)
+            }
+            None => 0.0,
         };
-        if sent_as <= before {
+        self.checkpoints.push_back(Checkpoint {
+            sent_as,
+            left: remaining,
+            at: now,
+            absorbed,
+        });
+        while self
+            .checkpoints
+            .get(1)
+            .is_some_and(|next| next.sent_as + SPAN <= sent_as)
+        {
+            self.checkpoints.pop_front();
+        }
+        let first = &self.checkpoints[0];
+        self.refused = self.refused.split_off(&(first.sent_as + 1));
+        let span = sent_as - first.sent_as;
+        if span < MIN_SPAN {
             return;
         }
-        self.last = Some((sent_as, remaining, now));
-        let near_full = self.most * NEAR_FULL;
-        if left_before >= near_full || remaining >= near_full {
+        let refused = self.refused.range(..=sent_as).count() as u64;
+        let taking = span.saturating_sub(refused);
+        if taking == 0 {
             return;
         }
-        let requests = (sent_as - before) as f64;
-        let refilled = now.saturating_duration_since(at).as_secs_f64() * per_second;
-        let sample = ((left_before - remaining + refilled) / requests).max(0.0);
-        // About the last 64 requests' worth.
-        let weight = (requests / 64.0).min(1.0);
-        self.mean = Some(
-            self.mean
-                .map_or(sample, |mean| mean + weight * (sample - mean)),
-        );
+        let taken = first.left - remaining + (absorbed - first.absorbed);
+        self.estimate = Some((taken / taking as f64).max(0.0));
+    }
+
+    fn refused(&mut self, sent_as: u64) {
+        if self
+            .checkpoints
+            .front()
+            .is_none_or(|first| sent_as > first.sent_as)
+        {
+            self.refused.insert(sent_as);
+        }
     }
 
     fn per_request(&self) -> Option<f64> {
-        self.mean.filter(|cost| cost.is_finite() && *cost > 0.0)
+        self.estimate.filter(|cost| cost.is_finite() && *cost > 0.0)
     }
 }
 
@@ -308,34 +363,80 @@ mod tests {
         assert_eq!(windows.ready_at(now), Some(now + Duration::from_millis(50)));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_token_window_counts_requests_at_what_its_reports_show_they_take() {
-        let tokens = |remaining| RateReport {
+    fn tokens(remaining: u64) -> RateReport {
+        RateReport {
             requests: None,
             tokens: Some(Quota {
                 per_minute: Some(60_000.0),
                 remaining,
                 reset: None,
             }),
-        };
+        }
+    }
+
+    fn token_cost(windows: &ProviderWindows) -> f64 {
+        windows.tokens.as_ref().unwrap().cost
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_window_counts_requests_at_what_its_reports_show_they_take() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
-        for _ in 0..31 {
+        for _ in 0..257 {
             windows.dispatched(now);
         }
-        windows.follow(now, &tokens(40_000), 0, Some(15.0));
-        // Answers say 15 tokens each; from request 10 to request 30 the
-        // window fell 60 a request, besides refilling 1,000 a second.
-        windows.follow(now, &tokens(20_000), 10, Some(15.0));
-        let later = now + Duration::from_millis(100);
-        windows.follow(later, &tokens(20_000 - 20 * 60 + 100), 30, Some(15.0));
-        let tokens_mirror = windows.tokens.as_ref().unwrap();
-        assert_eq!(tokens_mirror.cost, 60.0);
-        // Near full, a fall says nothing: the usage is all there is.
+        // Answers say 15 tokens each, but each request takes 60 of a window
+        // refilling 1,000 a second: a full window's fall shows it.
+        windows.follow(now, &tokens(39_940), 0, Some(15.0));
+        windows.follow(now, &tokens(39_940 - 64 * 60), 64, Some(15.0));
+        assert_eq!(token_cost(&windows), 15.0, "64 requests say too little");
+        windows.follow(now, &tokens(39_940 - 128 * 60), 128, Some(15.0));
+        assert_eq!(token_cost(&windows), 60.0);
+        // Below full, the window takes in its refill: a second later it
+        // fell by 1,000 less.
+        let later = now + Duration::from_secs(1);
+        windows.follow(later, &tokens(39_940 - 256 * 60 + 1_000), 256, Some(15.0));
+        assert_eq!(token_cost(&windows), 60.0);
+        // A full window lets its refill go: a slow fall from it says
+        // nothing, and the usage is all there is.
         let mut fresh = ProviderWindows::default();
         fresh.follow(now, &tokens(20_000), 0, Some(15.0));
-        fresh.follow(later, &tokens(19_990), 20, Some(15.0));
-        assert_eq!(fresh.tokens.as_ref().unwrap().cost, 15.0);
+        fresh.follow(later, &tokens(19_990), 200, Some(15.0));
+        assert_eq!(token_cost(&fresh), 15.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_windows_fall_is_read_over_many_requests_not_between_neighbours() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        for _ in 0..129 {
+            windows.dispatched(now);
+        }
+        // The provider took each report's request four places before or
+        // after where it was sent: between neighbours the window fell 30
+        // or 90 a request, over 128 requests 60 within a few per cent.
+        for (i, sent_as) in (0..=128).step_by(16).enumerate() {
+            let place = if i % 2 == 0 { sent_as + 4 } else { sent_as - 4 };
+            windows.follow(now, &tokens(40_000 - place * 60), sent_as, Some(15.0));
+        }
+        let cost = token_cost(&windows);
+        assert!((56.0..=64.0).contains(&cost), "{cost}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_requests_take_nothing_of_a_token_window() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        for _ in 0..129 {
+            windows.dispatched(now);
+        }
+        windows.follow(now, &tokens(39_940), 0, Some(15.0));
+        // 28 of the 128 after it were refused: 100 took 60 each.
+        for sent_as in 100..128 {
+            windows.refused(sent_as);
+        }
+        windows.follow(now, &tokens(39_940 - 100 * 60), 128, Some(15.0));
+        assert_eq!(token_cost(&windows), 60.0);
     }
 
     #[tokio::test(start_paused = true)]
