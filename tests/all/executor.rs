@@ -477,6 +477,41 @@ async fn a_token_window_that_counts_max_tokens_up_front_is_followed_too() {
 }
 
 #[tokio::test]
+async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
+    // The same window as above, reported as Anthropic does:
+    // `anthropic-ratelimit-requests-*`, each reset an RFC 3339 time.
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        requests_per_minute: Some(3000),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(450));
+    let yaml = format!(
+        "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    base_url: {}\n    \
+         api_key: {KEY}\n    pool_size: 256\ntransforms:\n  - name: ask\n    component: llm\n    \
+         endpoints: {{llm: claude}}\n    options:\n{ECHO_OPTIONS}sinks:\n  - path: out.jsonl\n",
+        server.root_url()
+    );
+    let pipeline = ws.write("p.yaml", &yaml);
+    let started = Instant::now();
+    let out = weir(&["run", pipeline.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let took = started.elapsed();
+    let served = server.served();
+    assert!(served.iter().all(|s| s.path == "/v1/messages"));
+    let answered = served.iter().filter(|s| s.status == 200).count();
+    let refused = served.iter().filter(|s| s.status == 429).count();
+    assert_eq!(answered, 450);
+    assert!(took >= Duration::from_millis(2900), "{took:?}");
+    // Unread, these headers left weir to find the window by its
+    // refusals: 260 to 274 refused besides the 450 answered.
+    assert!(refused <= 23, "{refused} requests refused");
+}
+
+#[tokio::test]
 async fn azure_endpoints_use_the_deployment_url_and_the_api_key_header() {
     let server = TestLlmServer::start(Script {
         require_key: Some(KEY.into()),

@@ -7,10 +7,11 @@
 
 use super::{Shared, answer_as_chat};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 pub(crate) async fn messages(
     State(shared): State<Arc<Shared>>,
@@ -26,6 +27,7 @@ pub(crate) async fn messages(
     let response = answer_as_chat(&shared, uri.path(), &headers, &chat.to_string(), &wire).await;
     let status = response.status();
     let retry_after = response.headers().get("retry-after").cloned();
+    let windows = rate_headers(response.headers());
     let bytes = match axum::body::to_bytes(response.into_body(), 16 << 20).await {
         Ok(bytes) => bytes,
         // A scripted broken connection: break this one too.
@@ -50,7 +52,59 @@ pub(crate) async fn messages(
     if let Some(value) = retry_after {
         response.headers_mut().insert("retry-after", value);
     }
+    for (name, value) in windows {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
     response
+}
+
+/// The chat route's rate windows (`x-ratelimit-*`, `retry-after-ms`) as
+/// Anthropic words them: `anthropic-ratelimit-{requests,tokens}-*`, each
+/// reset the RFC 3339 time the window is full again, and a refusal's wait in
+/// whole seconds in `retry-after`. Anthropic also reports its input and
+/// output token windows apart; the server keeps one token window, which
+/// `tokens` (the most restrictive of them, at Anthropic) reports.
+fn rate_headers(chat: &HeaderMap) -> Vec<(&'static str, String)> {
+    let text = |name: &str| chat.get(name).and_then(|v| v.to_str().ok());
+    let mut headers = Vec::new();
+    for (window, names) in [
+        (
+            "requests",
+            [
+                "anthropic-ratelimit-requests-limit",
+                "anthropic-ratelimit-requests-remaining",
+                "anthropic-ratelimit-requests-reset",
+            ],
+        ),
+        (
+            "tokens",
+            [
+                "anthropic-ratelimit-tokens-limit",
+                "anthropic-ratelimit-tokens-remaining",
+                "anthropic-ratelimit-tokens-reset",
+            ],
+        ),
+    ] {
+        let [limit, remaining, reset] = names;
+        if let Some(value) = text(&format!("x-ratelimit-limit-{window}")) {
+            headers.push((limit, value.to_string()));
+        }
+        if let Some(value) = text(&format!("x-ratelimit-remaining-{window}")) {
+            headers.push((remaining, value.to_string()));
+        }
+        let full_in = text(&format!("x-ratelimit-reset-{window}"))
+            .and_then(|v| v.strip_suffix('s')?.parse::<f64>().ok());
+        if let Some(seconds) = full_in {
+            let at = SystemTime::now() + Duration::from_secs_f64(seconds.max(0.0));
+            headers.push((reset, humantime::format_rfc3339_seconds(at).to_string()));
+        }
+    }
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        headers.push(("retry-after", ((ms / 1000.0).ceil() as u64).to_string()));
+    }
+    headers
 }
 
 fn refuse(headers: &HeaderMap, wire: &Value) -> Option<Response> {

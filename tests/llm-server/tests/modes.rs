@@ -232,3 +232,55 @@ async fn the_chaos_preset_fails_a_quarter_of_requests_in_every_way_it_lists() {
         answered.len()
     );
 }
+
+#[tokio::test]
+async fn an_anthropic_answer_reports_its_windows_as_anthropic_does() {
+    // A bucket of 6 seconds' worth: 6 requests at 60 a minute.
+    let server = TestLlmServer::start(Script {
+        requests_per_minute: Some(60),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let mut answers = Vec::new();
+    for i in 0..7 {
+        let response = http
+            .post(format!("{}/v1/messages", server.root_url()))
+            .header("anthropic-version", "2023-06-01")
+            .json(&json!({
+                "model": "m",
+                "max_tokens": 100,
+                "messages": [{"role": "user", "content": format!("q{i}")}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        answers.push((
+            response.status().as_u16(),
+            header("anthropic-ratelimit-requests-limit"),
+            header("anthropic-ratelimit-requests-remaining"),
+            header("anthropic-ratelimit-requests-reset"),
+            header("retry-after"),
+            header("x-ratelimit-remaining-requests"),
+        ));
+    }
+    for (i, (status, limit, remaining, reset, _, openai)) in answers[..6].iter().enumerate() {
+        assert_eq!(*status, 200);
+        assert_eq!(limit.as_deref(), Some("60"));
+        assert_eq!(remaining.as_deref(), Some((5 - i).to_string().as_str()));
+        let reset = reset.as_deref().unwrap();
+        assert!(humantime::parse_rfc3339(reset).is_ok(), "{reset}");
+        assert_eq!(*openai, None, "OpenAI's names are not Anthropic's");
+    }
+    let (status, _, remaining, _, retry_after, _) = &answers[6];
+    assert_eq!(*status, 429);
+    assert_eq!(remaining.as_deref(), Some("0"));
+    assert_eq!(retry_after.as_deref(), Some("1"));
+}

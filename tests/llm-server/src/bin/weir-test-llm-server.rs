@@ -36,13 +36,16 @@ struct Args {
     serve_at_once: Option<usize>,
     /// Allow this many requests a minute (a bucket holding 6 seconds'
     /// worth) and answer 429 with `retry-after-ms` beyond, as a provider's
-    /// rate limit does; every answer carries `x-ratelimit-*-requests`.
+    /// rate limit does; every answer carries `x-ratelimit-*-requests`
+    /// (`anthropic-ratelimit-requests-*` and `retry-after` on
+    /// `/v1/messages`).
     #[arg(long)]
     requests_per_minute: Option<u32>,
     /// Allow this many tokens a minute (a bucket holding 6 seconds' worth),
     /// a request taking its prompt's tokens and its `max_tokens` (else its
     /// answer's) at arrival; 429 with `retry-after-ms` beyond; every answer
-    /// carries `x-ratelimit-*-tokens`.
+    /// carries `x-ratelimit-*-tokens` (`anthropic-ratelimit-tokens-*` on
+    /// `/v1/messages`).
     #[arg(long)]
     tokens_per_minute: Option<u32>,
     /// Misbehave as a kind of endpoint does, around `--latency-ms`: chaos
