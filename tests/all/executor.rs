@@ -478,8 +478,9 @@ async fn a_token_window_that_counts_max_tokens_up_front_is_followed_too() {
 
 #[tokio::test]
 async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
-    // The same window as above, reported as Anthropic does:
-    // `anthropic-ratelimit-requests-*`, each reset an RFC 3339 time.
+    // The window of `a_providers_rate_window_is_followed_not_hammered`,
+    // reported as Anthropic does: `anthropic-ratelimit-requests-*`, each
+    // reset an RFC 3339 time.
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(20),
         requests_per_minute: Some(3000),
