@@ -92,12 +92,12 @@ impl ProviderWindows {
     /// the answer does not give: until it resets.
     ///
     /// Requests sent together, on connections of their own, may reach the
-    /// provider out of order, so a report may count one or two sent after it
-    /// and miss some sent before; at the start of a run, when slow start
-    /// sends hundreds at once against a full window, about one in a hundred
-    /// found it empty. Taking the requests still in flight before it off as
-    /// well stopped that, but held the endpoint seconds at a time whenever
-    /// hundreds were in flight.
+    /// provider out of order, so a report may count some sent after it and
+    /// miss some sent before (dozens while new connections open); at the
+    /// start of a run, when slow start sends hundreds at once against a
+    /// full window, about one in a hundred found it empty. Taking the
+    /// requests still in flight before it off as well stopped that, but
+    /// held the endpoint seconds at a time whenever hundreds were in flight.
     pub fn follow(
         &mut self,
         now: Instant,
