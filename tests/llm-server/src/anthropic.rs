@@ -5,7 +5,7 @@
 //! cuts an answer at `max_tokens` words, and words its errors as Anthropic
 //! does (`{type: "error", error: {type, message}}`, 529 `overloaded_error`).
 
-use super::{Shared, answer_as_chat};
+use super::{REQUEST_WINDOW, Shared, TOKEN_WINDOW, answer_as_chat};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -69,9 +69,9 @@ pub(crate) async fn messages(
 fn rate_headers(chat: &HeaderMap) -> Vec<(&'static str, String)> {
     let text = |name: &str| chat.get(name).and_then(|v| v.to_str().ok());
     let mut headers = Vec::new();
-    for (window, names) in [
+    for ((_, [limit, left, reset]), [its_limit, its_left, its_reset]) in [
         (
-            "requests",
+            REQUEST_WINDOW,
             [
                 "anthropic-ratelimit-requests-limit",
                 "anthropic-ratelimit-requests-remaining",
@@ -79,7 +79,7 @@ fn rate_headers(chat: &HeaderMap) -> Vec<(&'static str, String)> {
             ],
         ),
         (
-            "tokens",
+            TOKEN_WINDOW,
             [
                 "anthropic-ratelimit-tokens-limit",
                 "anthropic-ratelimit-tokens-remaining",
@@ -87,18 +87,16 @@ fn rate_headers(chat: &HeaderMap) -> Vec<(&'static str, String)> {
             ],
         ),
     ] {
-        let [limit, remaining, reset] = names;
-        if let Some(value) = text(&format!("x-ratelimit-limit-{window}")) {
-            headers.push((limit, value.to_string()));
+        if let Some(value) = text(limit) {
+            headers.push((its_limit, value.to_string()));
         }
-        if let Some(value) = text(&format!("x-ratelimit-remaining-{window}")) {
-            headers.push((remaining, value.to_string()));
+        if let Some(value) = text(left) {
+            headers.push((its_left, value.to_string()));
         }
-        let full_in = text(&format!("x-ratelimit-reset-{window}"))
-            .and_then(|v| v.strip_suffix('s')?.parse::<f64>().ok());
+        let full_in = text(reset).and_then(|v| v.strip_suffix('s')?.parse::<f64>().ok());
         if let Some(seconds) = full_in {
             let at = SystemTime::now() + Duration::from_secs_f64(seconds.max(0.0));
-            headers.push((reset, humantime::format_rfc3339_seconds(at).to_string()));
+            headers.push((its_reset, humantime::format_rfc3339_seconds(at).to_string()));
         }
     }
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {

@@ -858,7 +858,7 @@ async fn answer(
 /// limit, remaining, reset.
 type WindowNames = (&'static str, [&'static str; 3]);
 
-const REQUEST_WINDOW: WindowNames = (
+pub(crate) const REQUEST_WINDOW: WindowNames = (
     "requests",
     [
         "x-ratelimit-limit-requests",
@@ -866,7 +866,7 @@ const REQUEST_WINDOW: WindowNames = (
         "x-ratelimit-reset-requests",
     ],
 );
-const TOKEN_WINDOW: WindowNames = (
+pub(crate) const TOKEN_WINDOW: WindowNames = (
     "tokens",
     [
         "x-ratelimit-limit-tokens",
