@@ -493,6 +493,32 @@ async fn a_token_window_that_counts_max_tokens_up_front_is_followed_too() {
 }
 
 #[tokio::test]
+async fn a_token_window_that_holds_few_requests_at_their_max_tokens_is_not_overdrawn() {
+    // Each request reserves its 1,000 `max_tokens` and its prompt's 8:
+    // 1,200,000 a minute from a bucket of 120,000 hold 119 rows at once,
+    // then 19.8 a second, while the answers' `usage` shows 17 a request.
+    // Far fewer than the 128 requests the window's fall is read over go
+    // before the bucket is empty.
+    let options = format!("{ECHO_OPTIONS}      max_tokens: 1000\n");
+    let (took, refused) = run_within_rate_window(
+        Script {
+            tokens_per_minute: Some(1_200_000),
+            ..Script::default()
+        },
+        200,
+        64,
+        &options,
+    )
+    .await;
+    assert!(took >= Duration::from_millis(4000), "{took:?}");
+    // Counted at their usage until the fall was read, and set by the
+    // latest report even where it overtook dozens sent before it, 19 and
+    // 23 were refused; counted at what they ask, and kept between what a
+    // report may and must mean, none in three release and three debug runs.
+    assert!(refused <= 8, "{refused} requests refused");
+}
+
+#[tokio::test]
 async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
     // The window of `a_providers_rate_window_is_followed_not_hammered`,
     // reported as Anthropic does: `anthropic-ratelimit-requests-*`, each

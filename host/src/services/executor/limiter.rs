@@ -21,7 +21,7 @@ use super::controller::{Controller, Signal};
 use super::pacing::Pacing;
 use super::rate::RateReport;
 use super::to_come::RowsToCome;
-use super::window::ProviderWindows;
+use super::window::{ProviderWindows, RequestTokens};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -268,7 +268,7 @@ impl Limiter {
         report: &RateReport,
         sent_as: u64,
         refused: bool,
-        tokens_per_request: Option<f64>,
+        tokens: RequestTokens,
         longest_hold: Duration,
     ) {
         let hold = {
@@ -278,7 +278,9 @@ impl Limiter {
                 s.windows.refused(sent_as);
             }
             let held = s.windows.ready_at(now).is_some();
-            let hold = s.windows.follow(now, report, sent_as, tokens_per_request);
+            let hold = s
+                .windows
+                .follow(now, report, sent_as, tokens.asked, tokens.used_on_average);
             if hold.is_none() && held && s.windows.ready_at(now).is_none() {
                 // Those in line wait on a time the last report set; this one
                 // found room sooner.
@@ -303,9 +305,10 @@ impl Limiter {
         }
     }
 
-    fn release(&self, sent_at: Instant, in_flight: usize, signal: Signal) {
+    fn release(&self, sent_as: u64, sent_at: Instant, in_flight: usize, signal: Signal) {
         let mut s = self.lock();
         s.in_flight -= 1;
+        s.windows.ended(sent_as);
         let now = Instant::now();
         s.controller.on_answer(now, sent_at, in_flight, signal);
         // Only those a slot is free for: waking every waiter on every answer
@@ -540,7 +543,8 @@ impl Permit<'_> {
 
     pub fn release(mut self, signal: Signal) {
         self.released = true;
-        self.limiter.release(self.sent_at, self.in_flight, signal);
+        self.limiter
+            .release(self.sent_as, self.sent_at, self.in_flight, signal);
     }
 }
 
@@ -549,7 +553,7 @@ impl Drop for Permit<'_> {
         // A request abandoned mid-way (its row's deadline passed) still frees its slot.
         if !self.released {
             self.limiter
-                .release(self.sent_at, self.in_flight, Signal::Neutral);
+                .release(self.sent_as, self.sent_at, self.in_flight, Signal::Neutral);
         }
     }
 }
@@ -744,7 +748,8 @@ mod tests {
         let sent_as = first.sent_as();
         first.release(Signal::Neutral);
         // Two left when the first was taken: 600 a minute is one a 100 ms.
-        limiter.follow_rate_report(&window(2), sent_as, false, None, Duration::from_secs(60));
+        let tokens = RequestTokens::default();
+        limiter.follow_rate_report(&window(2), sent_as, false, tokens, Duration::from_secs(60));
         let started = Instant::now();
         let (went_tx, mut went) = tokio::sync::mpsc::unbounded_channel();
         for _ in 0..6 {
@@ -768,7 +773,14 @@ mod tests {
         assert_eq!(times, [ms(0), ms(0), ms(100), ms(200)]);
         // The provider reports room again: the two still in line go now,
         // though nothing was answered since.
-        limiter.follow_rate_report(&window(1000), sent_as, false, None, Duration::from_secs(60));
+        let tokens = RequestTokens::default();
+        limiter.follow_rate_report(
+            &window(1000),
+            sent_as,
+            false,
+            tokens,
+            Duration::from_secs(60),
+        );
         for _ in 0..2 {
             let (sent_as, at) = went.recv().await.unwrap();
             assert!(sent_as.is_some(), "a request waited out its deadline");

@@ -55,14 +55,26 @@ fn quota(per_minute: u32) -> Option<Quota> {
     Some(Quota::per_minute(rate).allow_burst(burst))
 }
 
-/// Tokens a chat request may use: its text at ~4 characters a token, plus the
-/// answer it allows (`max_tokens`).
+/// Tokens a chat request may use, as OpenAI and Anthropic count it against a
+/// token window when it arrives: its text at ~4 characters a token, plus the
+/// answer it allows (`max_tokens`, or `max_completion_tokens`, for each of
+/// its `n` choices).
 pub fn estimate_tokens(body: &str) -> u32 {
-    let answer = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("max_tokens").and_then(|m| m.as_u64()))
-        .unwrap_or(0);
-    (body.len() as u64 / 4 + answer).min(u32::MAX as u64) as u32
+    // Only the limits are read: the messages are skipped, not copied.
+    #[derive(serde::Deserialize)]
+    struct Limits {
+        max_tokens: Option<u64>,
+        max_completion_tokens: Option<u64>,
+        n: Option<u64>,
+    }
+    let answer = serde_json::from_str::<Limits>(body).map_or(0, |limits| {
+        let each = limits.max_completion_tokens.or(limits.max_tokens);
+        each.unwrap_or(0)
+            .saturating_mul(limits.n.unwrap_or(1).max(1))
+    });
+    (body.len() as u64 / 4)
+        .saturating_add(answer)
+        .min(u32::MAX as u64) as u32
 }
 
 /// What the answer's rate-limit headers say about the provider's windows;
@@ -97,6 +109,9 @@ mod tests {
     fn tokens_are_estimated_from_text_and_max_tokens() {
         let body = r#"{"messages":[{"role":"user","content":"0123456789012345"}],"max_tokens":10}"#;
         assert_eq!(estimate_tokens(body), body.len() as u32 / 4 + 10);
+        let choices = r#"{"messages":[],"max_completion_tokens":10,"max_tokens":99,"n":3}"#;
+        assert_eq!(estimate_tokens(choices), choices.len() as u32 / 4 + 30);
+        assert_eq!(estimate_tokens("not json"), 2);
     }
 
     #[tokio::test]

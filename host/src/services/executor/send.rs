@@ -7,6 +7,7 @@ use super::breaker::BreakerState;
 use super::controller::Signal;
 use super::dispatch::{Answer, AttemptFailure, FailureKind, Timeouts, not_json};
 use super::retry::{self, RetryCause, RetryPolicy, Verdict};
+use super::window::RequestTokens;
 use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
 use crate::config::EndpointKind;
 use crate::services::audit::now_ms;
@@ -33,7 +34,9 @@ impl Endpoint {
         mut on_attempt: impl FnMut(Attempt<'_>),
     ) -> Result<(Response, Option<f64>), CallError> {
         self.stats.request_started();
-        let tokens = if self.rates.is_limited() {
+        // What the request asks of a rate limit: weir's own, or a token
+        // window the provider reports.
+        let tokens = if self.rates.is_limited() || self.spec.kind != EndpointKind::Http {
             rate::estimate_tokens(body)
         } else {
             0
@@ -75,7 +78,7 @@ impl Endpoint {
             if tried.verdict != Verdict::Success && first_failure.is_none() {
                 first_failure = Some(describe(&tried));
             }
-            self.observe(&tried, ticket, sent_as);
+            self.observe(&tried, ticket, sent_as, tokens);
             let ended_ms = tried.started_at_ms + tried.latency.as_millis() as i64;
             self.record_learned_limit_now_and_then(ended_ms);
             let elapsed = first_attempt.elapsed();
@@ -228,8 +231,15 @@ impl Endpoint {
     }
 
     /// Tells the breaker and the figures how the attempt went, and follows
-    /// the rate windows the answer reports (it was request `sent_as`).
-    fn observe(&self, tried: &Tried, ticket: super::breaker::Ticket, sent_as: u64) {
+    /// the rate windows the answer reports (it was request `sent_as`, asking
+    /// `asked_tokens` of a token window).
+    fn observe(
+        &self,
+        tried: &Tried,
+        ticket: super::breaker::Ticket,
+        sent_as: u64,
+        asked_tokens: u32,
+    ) {
         // Capacity answers and a server's queue say the endpoint is busy,
         // not broken: they never open the breaker.
         let failure = match (&tried.result, tried.verdict) {
@@ -252,7 +262,10 @@ impl Endpoint {
                 &report,
                 sent_as,
                 refused,
-                self.stats.tokens_per_answer(),
+                RequestTokens {
+                    asked: (asked_tokens > 0).then_some(f64::from(asked_tokens)),
+                    used_on_average: self.stats.tokens_per_answer(),
+                },
                 self.retry_budget(),
             );
         }

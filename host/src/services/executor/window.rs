@@ -19,8 +19,13 @@ pub struct ProviderWindows {
     requests: Option<Mirror>,
     tokens: Option<Mirror>,
     token_cost: CostFromReports,
+    /// What the requests reported on asked of a token window on arrival
+    /// (their text and the answer they allow), on average.
+    asked: Option<f64>,
     /// Requests sent so far, the number of the next one.
     sent: u64,
+    /// The numbers of the requests on their way.
+    unanswered: BTreeSet<u64>,
     /// Of each window's refill, what is this endpoint's: a shard of a run
     /// whose shards share the key takes its share.
     share: f64,
@@ -30,6 +35,14 @@ impl Default for ProviderWindows {
     fn default() -> Self {
         Self::shared_by(1)
     }
+}
+
+/// What one request asked of a token window on arrival, and what the
+/// endpoint's answers have used on average, as far as each is known.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RequestTokens {
+    pub asked: Option<f64>,
+    pub used_on_average: Option<f64>,
 }
 
 /// One window, as weir last knew it.
@@ -46,6 +59,15 @@ struct Mirror {
     cost: f64,
 }
 
+/// What a report leaves uncounted: the requests sent after its own, those
+/// sent before it whose answers have not come (the provider may have taken
+/// them after it), and what each request takes of the window.
+struct Counted {
+    after: f64,
+    unanswered_before: f64,
+    cost: f64,
+}
+
 impl ProviderWindows {
     /// Windows whose refill `shards` clients share alike (0 or 1: this one
     /// alone).
@@ -54,7 +76,9 @@ impl ProviderWindows {
             requests: None,
             tokens: None,
             token_cost: CostFromReports::default(),
+            asked: None,
             sent: 0,
+            unanswered: BTreeSet::new(),
             share: 1.0 / f64::from(shards.max(1)),
         }
     }
@@ -65,7 +89,13 @@ impl ProviderWindows {
             mirror.take(now);
         }
         self.sent += 1;
+        self.unanswered.insert(self.sent - 1);
         self.sent - 1
+    }
+
+    /// Request `sent_as` came back, or was given up.
+    pub fn ended(&mut self, sent_as: u64) {
+        self.unanswered.remove(&sent_as);
     }
 
     /// When the windows have room for the next request, if not at `now`.
@@ -84,42 +114,56 @@ impl ProviderWindows {
         self.token_cost.refused(sent_as);
     }
 
-    /// Takes in the report of the answer to request `sent_as`; the
+    /// Takes in the report of the answer to request `sent_as`, which asked
+    /// `asked` tokens of a token window on arrival (when known); the
     /// endpoint's answers have used `tokens_per_request` on average (when
-    /// known). A request is counted against a token window at that, or at
-    /// what the window's reports show requests take, whichever is more.
-    /// Returns how long to hold every request for a spent window whose rate
-    /// the answer does not give: until it resets.
+    /// known). A request is counted against a token window at what the
+    /// window's reports show requests take, or at what they used when that
+    /// is more; until the reports have shown it (and while they show only
+    /// what requests take at the least), at what requests ask, when that is
+    /// more: a provider that takes each request's `max_tokens` up front
+    /// would otherwise see a run's first hundred requests overdraw a window
+    /// that holds fewer of them. Returns how long to hold every request for
+    /// a spent window whose rate the answer does not give: until it resets.
     ///
     /// Requests sent together, on connections of their own, may reach the
     /// provider out of order, so a report may count some sent after it and
-    /// miss some sent before (dozens while new connections open); at the
-    /// start of a run, when slow start sends hundreds at once against a
-    /// full window, about one in a hundred found it empty. Taking the
-    /// requests still in flight before it off as well stopped that, but
-    /// held the endpoint seconds at a time whenever hundreds were in flight.
+    /// miss some sent before (dozens while new connections open): see
+    /// `Mirror::follow`.
     pub fn follow(
         &mut self,
         now: Instant,
         report: &RateReport,
         sent_as: u64,
+        asked: Option<f64>,
         tokens_per_request: Option<f64>,
     ) -> Option<Duration> {
         // The other shards sent as much as this one since, by and large.
-        let uncounted = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
+        let after = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
+        let unanswered_before = self.unanswered.range(..sent_as).count() as f64 / self.share;
         let share = self.share;
+        if let Some(asked) = asked.filter(|a| a.is_finite() && *a > 0.0) {
+            self.asked = Some(match self.asked {
+                Some(mean) => mean + ASKED_WEIGHT * (asked - mean),
+                None => asked,
+            });
+        }
         if let Some(quota) = report.tokens
             && let Some(per_minute) = quota.per_minute
         {
             self.token_cost
                 .observe(now, sent_as, quota.remaining as f64, per_minute / 60.0);
         }
+        let learned = self.token_cost.learned();
+        // A fall that may have missed refill the window let go says what
+        // requests take at the least.
+        let asked = self.asked.filter(|_| learned.is_none_or(|l| l.at_least));
         // The window's fall counts the other shards' requests as well.
-        let learned = self.token_cost.per_request().map(|cost| cost * share);
-        let token_cost = match (tokens_per_request, learned) {
-            (Some(used), Some(learned)) => Some(used.max(learned)),
-            (used, learned) => used.or(learned),
-        };
+        let learned = learned.map(|l| l.per_request * share);
+        let token_cost = [tokens_per_request, learned, asked]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max);
         let mut hold = None;
         for (mirror, quota, cost) in [
             (&mut self.requests, report.requests, Some(1.0)),
@@ -128,7 +172,12 @@ impl ProviderWindows {
             let Some(quota) = quota else { continue };
             match (quota.per_minute, cost.filter(|c| c.is_finite() && *c > 0.0)) {
                 (Some(per_minute), Some(cost)) => {
-                    Mirror::follow(mirror, now, &quota, per_minute * share, uncounted, cost)
+                    let counted = Counted {
+                        after,
+                        unanswered_before,
+                        cost,
+                    };
+                    Mirror::follow(mirror, now, &quota, per_minute * share, counted)
                 }
                 _ if quota.remaining == 0 => hold = hold.max(quota.reset),
                 _ => {}
@@ -154,14 +203,24 @@ impl ProviderWindows {
 /// it is a few per cent.
 #[derive(Default)]
 struct CostFromReports {
-    /// Reports at least `STEP` requests apart, by request number, the
-    /// oldest about `SPAN` requests back.
+    /// Reports `STEP` requests apart, or less where the window took in
+    /// half its room between them; the oldest about `SPAN` requests back.
     checkpoints: VecDeque<Checkpoint>,
     /// Refused requests since the oldest checkpoint: they took nothing.
     refused: BTreeSet<u64>,
     /// The most the window was ever reported to hold.
     most: f64,
-    estimate: Option<f64>,
+    estimate: Option<Learned>,
+}
+
+/// What a request takes of a token window, as read off its fall.
+#[derive(Clone, Copy)]
+struct Learned {
+    per_request: f64,
+    /// Whether the window may have let go enough of its refill, being
+    /// full, over the requests read, for `per_request` to be only what they
+    /// took at the least.
+    at_least: bool,
 }
 
 struct Checkpoint {
@@ -171,37 +230,59 @@ struct Checkpoint {
     /// What the window took in of its refill from the first checkpoint to
     /// this one, at the least (see `observe`).
     absorbed: f64,
+    /// What the window may have let go of its refill, being full, from the
+    /// first checkpoint to this one, at the most.
+    let_go: f64,
 }
 
-/// Requests between checkpoints, at the least.
+/// Weight of the newest request in what requests ask on average.
+const ASKED_WEIGHT: f64 = 0.1;
+/// Requests between checkpoints, at the least, while the refill between
+/// them is small.
 const STEP: u64 = 16;
 /// Requests a fall is read over once that many have been reported.
 const SPAN: u64 = 512;
 /// Requests a fall is read over at the least.
 const MIN_SPAN: u64 = 128;
+/// A fall that may have missed more than this share of what it took, in
+/// refill a full window let go, says only what requests take at the least.
+const UNSURE: f64 = 0.05;
 
 impl CostFromReports {
     /// Reads the report of request `sent_as`, `remaining` left, the window
     /// refilling `per_second`.
     fn observe(&mut self, now: Instant, sent_as: u64, remaining: f64, per_second: f64) {
         self.most = self.most.max(remaining);
-        let absorbed = match self.checkpoints.back() {
-            Some(last) if sent_as < last.sent_as + STEP => return,
+        let (absorbed, let_go) = match self.checkpoints.back() {
+            Some(last) if sent_as <= last.sent_as => return,
             // A full window lets its refill go, and a window refilling from
             // `left` lets go all beyond its capacity; what it took in is
             // known exactly while it cannot have been full, and is at least
-            // the room it had otherwise.
+            // the room it had otherwise. That bound undercounts a window
+            // drained as fast as it refills, which may take in many times
+            // its room between checkpoints a few seconds apart: a
+            // checkpoint is kept before the refill since the last reaches
+            // half the room, so that the bound only binds where the window
+            // may truly have filled.
             Some(last) => {
                 let refilled = now.saturating_duration_since(last.at).as_secs_f64() * per_second;
-                last.absorbed + refilled.min(self.most - last.left).max(0.0)
+                let room = (self.most - last.left).max(0.0);
+                if sent_as < last.sent_as + STEP && refilled <= room / 2.0 {
+                    return;
+                }
+                (
+                    last.absorbed + refilled.min(room),
+                    last.let_go + (refilled - room).max(0.0),
+                )
             }
-            None => 0.0,
+            None => (0.0, 0.0),
         };
         self.checkpoints.push_back(Checkpoint {
             sent_as,
             left: remaining,
             at: now,
             absorbed,
+            let_go,
         });
         while self
             .checkpoints
@@ -222,7 +303,10 @@ impl CostFromReports {
             return;
         }
         let taken = first.left - remaining + (absorbed - first.absorbed);
-        self.estimate = Some((taken / taking as f64).max(0.0));
+        self.estimate = Some(Learned {
+            per_request: (taken / taking as f64).max(0.0),
+            at_least: let_go - first.let_go > taken * UNSURE,
+        });
     }
 
     fn refused(&mut self, sent_as: u64) {
@@ -235,30 +319,45 @@ impl CostFromReports {
         }
     }
 
-    fn per_request(&self) -> Option<f64> {
-        self.estimate.filter(|cost| cost.is_finite() && *cost > 0.0)
+    fn learned(&self) -> Option<Learned> {
+        self.estimate
+            .filter(|learned| learned.per_request.is_finite() && learned.per_request > 0.0)
     }
 }
 
 impl Mirror {
+    /// Sets the copy by a report. Requests reach the provider out of order,
+    /// so a report is of a moment between two bounds: the provider took
+    /// every request sent before its own (the copy can hold no more than
+    /// the report less those sent after it), or none of those whose
+    /// answers have not come (it holds no less than that, less them too).
+    /// The copy, which has followed every request and the refill since
+    /// the reports before, is kept where it lies between the two: a report
+    /// that overtook others, read as the latest word, sent dozens into a
+    /// window that had no room for them.
     fn follow(
         mirror: &mut Option<Mirror>,
         now: Instant,
         quota: &Quota,
         per_minute: f64,
-        uncounted: f64,
-        cost: f64,
+        counted: Counted,
     ) {
         let remaining = quota.remaining as f64;
-        let capacity = mirror
-            .as_ref()
-            .map_or(remaining, |m| m.capacity.max(remaining));
+        let at_most = remaining - counted.after * counted.cost;
+        let at_least = at_most - counted.unanswered_before * counted.cost;
+        let (level, capacity) = match mirror.as_ref() {
+            Some(known) => (
+                known.level_at(now).clamp(at_least, at_most),
+                known.capacity.max(remaining),
+            ),
+            None => (at_most, remaining),
+        };
         *mirror = Some(Mirror {
             per_second: per_minute / 60.0,
-            level: remaining - uncounted * cost,
+            level,
             capacity,
             at: now,
-            cost,
+            cost: counted.cost,
         });
     }
 
@@ -308,7 +407,7 @@ mod tests {
         }
         // 600 a minute, 5 left when the first was taken: the four sent
         // after it leave one.
-        windows.follow(now, &requests(600.0, 5), first, None);
+        windows.follow(now, &requests(600.0, 5), first, None, None);
         assert_eq!(windows.ready_at(now), None);
         windows.dispatched(now);
         // Empty: the next has room once a tenth of a second refills it.
@@ -326,11 +425,43 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_report_that_overtook_others_opens_no_room_they_took() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let first = windows.dispatched(now);
+        windows.ended(first);
+        // 60 a minute: no refill to speak of within the test.
+        windows.follow(now, &requests(60.0, 29), first, None, None);
+        let mut sent: Vec<u64> = (0..20).map(|_| windows.dispatched(now)).collect();
+        // The last of the twenty reached the provider before the other
+        // nineteen, which are still on their way: its report says 28 left,
+        // but those nineteen will take 19 of them.
+        windows.ended(sent[19]);
+        windows.follow(now, &requests(60.0, 28), sent[19], None, None);
+        for _ in 0..9 {
+            assert_eq!(windows.ready_at(now), None);
+            sent.push(windows.dispatched(now));
+        }
+        assert!(
+            windows.ready_at(now).is_some(),
+            "the nineteen took the rest"
+        );
+        // Once every answer is in, a report is the copy's whole word: one
+        // that says more than the copy raises it.
+        for sent_as in &sent {
+            windows.ended(*sent_as);
+        }
+        let later = now + Duration::from_millis(10);
+        windows.follow(later, &requests(60.0, 5), *sent.last().unwrap(), None, None);
+        assert_eq!(windows.ready_at(later), None);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_window_refills_no_further_than_it_was_seen_to_hold() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
         let sent = windows.dispatched(now);
-        windows.follow(now, &requests(60.0, 2), sent, None);
+        windows.follow(now, &requests(60.0, 2), sent, None, None);
         let much_later = now + Duration::from_secs(3600);
         windows.dispatched(much_later);
         windows.dispatched(much_later);
@@ -354,9 +485,9 @@ mod tests {
             }),
         };
         let sent = windows.dispatched(now);
-        assert_eq!(windows.follow(now, &report, sent, None), None);
+        assert_eq!(windows.follow(now, &report, sent, None, None), None);
         assert_eq!(windows.ready_at(now), None, "no cost known yet");
-        windows.follow(now, &report, sent, Some(100.0));
+        windows.follow(now, &report, sent, None, Some(100.0));
         windows.dispatched(now);
         windows.dispatched(now);
         // 50 tokens left, 100 a request, 1,000 a second.
@@ -387,22 +518,99 @@ mod tests {
         }
         // Answers say 15 tokens each, but each request takes 60 of a window
         // refilling 1,000 a second: a full window's fall shows it.
-        windows.follow(now, &tokens(39_940), 0, Some(15.0));
-        windows.follow(now, &tokens(39_940 - 64 * 60), 64, Some(15.0));
+        windows.follow(now, &tokens(39_940), 0, None, Some(15.0));
+        windows.follow(now, &tokens(39_940 - 64 * 60), 64, None, Some(15.0));
         assert_eq!(token_cost(&windows), 15.0, "64 requests say too little");
-        windows.follow(now, &tokens(39_940 - 128 * 60), 128, Some(15.0));
+        windows.follow(now, &tokens(39_940 - 128 * 60), 128, None, Some(15.0));
         assert_eq!(token_cost(&windows), 60.0);
         // Below full, the window takes in its refill: a second later it
         // fell by 1,000 less.
         let later = now + Duration::from_secs(1);
-        windows.follow(later, &tokens(39_940 - 256 * 60 + 1_000), 256, Some(15.0));
+        windows.follow(
+            later,
+            &tokens(39_940 - 256 * 60 + 1_000),
+            256,
+            None,
+            Some(15.0),
+        );
         assert_eq!(token_cost(&windows), 60.0);
         // A full window lets its refill go: a slow fall from it says
         // nothing, and the usage is all there is.
         let mut fresh = ProviderWindows::default();
-        fresh.follow(now, &tokens(20_000), 0, Some(15.0));
-        fresh.follow(later, &tokens(19_990), 200, Some(15.0));
+        fresh.follow(now, &tokens(20_000), 0, None, Some(15.0));
+        fresh.follow(later, &tokens(19_990), 200, None, Some(15.0));
         assert_eq!(token_cost(&fresh), 15.0);
+        // What requests ask, when known, counts then: such a fall says only
+        // what they take at the least.
+        let mut asking = ProviderWindows::default();
+        asking.follow(now, &tokens(20_000), 0, Some(500.0), Some(15.0));
+        asking.follow(later, &tokens(19_990), 200, Some(500.0), Some(15.0));
+        assert_eq!(token_cost(&asking), 500.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_token_window_counts_requests_at_what_they_ask_until_its_reports_show_more() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        for _ in 0..2 {
+            windows.dispatched(now);
+        }
+        // Each request asks 1,000 tokens (its `max_tokens` and text), and
+        // its answer uses 15: 2,500 left when the first was taken hold two
+        // more, not 166.
+        windows.follow(now, &tokens(2_500), 0, Some(1_000.0), Some(15.0));
+        assert_eq!(token_cost(&windows), 1_000.0);
+        assert_eq!(windows.ready_at(now), None);
+        windows.dispatched(now);
+        assert_eq!(
+            windows.ready_at(now),
+            Some(now + Duration::from_millis(500))
+        );
+        // Once the window's fall over 128 requests shows 60 a request, that
+        // is what a request takes, whatever it asks.
+        let mut windows = ProviderWindows::default();
+        for _ in 0..129 {
+            windows.dispatched(now);
+        }
+        windows.follow(now, &tokens(39_940), 0, Some(1_000.0), Some(15.0));
+        windows.follow(
+            now,
+            &tokens(39_940 - 128 * 60),
+            128,
+            Some(1_000.0),
+            Some(15.0),
+        );
+        assert_eq!(token_cost(&windows), 60.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_drained_as_fast_as_it_refills_counts_its_whole_refill() {
+        let start = Instant::now();
+        let mut windows = ProviderWindows::default();
+        for _ in 0..=140 {
+            windows.dispatched(start);
+        }
+        // 1,000 tokens a second, 1,000 a request: ten empty a window of
+        // 10,000 at once, then one leaves every second as the refill
+        // allows, each report saying nothing is left. Sixteen requests
+        // take in 16,000 tokens, more than the window's room.
+        for sent_as in 0..=140u64 {
+            let (at, left) = match sent_as {
+                ..=10 => (start, 10_000 - 1_000 * sent_as),
+                _ => (start + Duration::from_secs(sent_as - 10), 0),
+            };
+            windows.follow(at, &tokens(left), sent_as, None, Some(15.0));
+        }
+        let learned = windows.token_cost.learned().unwrap();
+        assert!(
+            (990.0..=1_010.0).contains(&learned.per_request),
+            "{}",
+            learned.per_request
+        );
+        assert!(
+            !learned.at_least,
+            "the window was never full after the first report"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -417,7 +625,7 @@ mod tests {
         // or 90 a request, over 128 requests 60 within a few per cent.
         for (i, sent_as) in (0..=128).step_by(16).enumerate() {
             let place = if i % 2 == 0 { sent_as + 4 } else { sent_as - 4 };
-            windows.follow(now, &tokens(40_000 - place * 60), sent_as, Some(15.0));
+            windows.follow(now, &tokens(40_000 - place * 60), sent_as, None, Some(15.0));
         }
         let cost = token_cost(&windows);
         assert!((56.0..=64.0).contains(&cost), "{cost}");
@@ -430,12 +638,12 @@ mod tests {
         for _ in 0..129 {
             windows.dispatched(now);
         }
-        windows.follow(now, &tokens(39_940), 0, Some(15.0));
+        windows.follow(now, &tokens(39_940), 0, None, Some(15.0));
         // 28 of the 128 after it were refused: 100 took 60 each.
         for sent_as in 100..128 {
             windows.refused(sent_as);
         }
-        windows.follow(now, &tokens(39_940 - 100 * 60), 128, Some(15.0));
+        windows.follow(now, &tokens(39_940 - 100 * 60), 128, None, Some(15.0));
         assert_eq!(token_cost(&windows), 60.0);
     }
 
@@ -453,7 +661,7 @@ mod tests {
             tokens: None,
         };
         assert_eq!(
-            windows.follow(now, &report, sent, None),
+            windows.follow(now, &report, sent, None, None),
             Some(Duration::from_secs(6))
         );
         assert_eq!(windows.ready_at(now), None);
@@ -464,7 +672,7 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::shared_by(4);
         let sent = windows.dispatched(now);
-        windows.follow(now, &requests(600.0, 0), sent, None);
+        windows.follow(now, &requests(600.0, 0), sent, None, None);
         assert_eq!(
             windows.ready_at(now),
             Some(now + Duration::from_millis(400))
@@ -478,7 +686,7 @@ mod tests {
         let sent = windows.dispatched(now);
         // The only request in flight comes back with nothing left: no other
         // answer will come to say the window refilled.
-        windows.follow(now, &requests(600.0, 0), sent, None);
+        windows.follow(now, &requests(600.0, 0), sent, None, None);
         let ms = Duration::from_millis;
         assert_eq!(windows.ready_at(now), Some(now + ms(100)));
         windows.dispatched(now + ms(100));
@@ -492,7 +700,7 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
         let sent = windows.dispatched(now);
-        windows.follow(now, &requests(1e-300, 0), sent, None);
+        windows.follow(now, &requests(1e-300, 0), sent, None, None);
         assert_eq!(windows.ready_at(now), Some(now + MAX_WAIT));
     }
 }
