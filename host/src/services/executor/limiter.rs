@@ -278,9 +278,7 @@ impl Limiter {
                 s.windows.refused(sent_as);
             }
             let held = s.windows.ready_at(now).is_some();
-            let hold = s
-                .windows
-                .follow(now, report, sent_as, tokens.asked, tokens.used_on_average);
+            let hold = s.windows.follow(now, report, sent_as, tokens);
             if hold.is_none() && held && s.windows.ready_at(now).is_none() {
                 // Those in line wait on a time the last report set; this one
                 // found room sooner.

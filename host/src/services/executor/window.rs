@@ -114,10 +114,9 @@ impl ProviderWindows {
         self.token_cost.refused(sent_as);
     }
 
-    /// Takes in the report of the answer to request `sent_as`, which asked
-    /// `asked` tokens of a token window on arrival (when known); the
-    /// endpoint's answers have used `tokens_per_request` on average (when
-    /// known). A request is counted against a token window at what the
+    /// Takes in the report of the answer to request `sent_as`, with what
+    /// it asked of a token window and what the endpoint's answers have used
+    /// on average, as far as each is known (`tokens`). A request is counted against a token window at what the
     /// window's reports show requests take, or at what they used when that
     /// is more; until the reports have shown it (and while they show only
     /// what requests take at the least), at what requests ask, when that is
@@ -135,14 +134,13 @@ impl ProviderWindows {
         now: Instant,
         report: &RateReport,
         sent_as: u64,
-        asked: Option<f64>,
-        tokens_per_request: Option<f64>,
+        tokens: RequestTokens,
     ) -> Option<Duration> {
         // The other shards sent as much as this one since, by and large.
         let after = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
         let unanswered_before = self.unanswered.range(..sent_as).count() as f64 / self.share;
         let share = self.share;
-        if let Some(asked) = asked.filter(|a| a.is_finite() && *a > 0.0) {
+        if let Some(asked) = tokens.asked.filter(|a| a.is_finite() && *a > 0.0) {
             self.asked = Some(match self.asked {
                 Some(mean) => mean + ASKED_WEIGHT * (asked - mean),
                 None => asked,
@@ -160,7 +158,7 @@ impl ProviderWindows {
         let asked = self.asked.filter(|_| learned.is_none_or(|l| l.at_least));
         // The window's fall counts the other shards' requests as well.
         let learned = learned.map(|l| l.per_request * share);
-        let token_cost = [tokens_per_request, learned, asked]
+        let token_cost = [tokens.used_on_average, learned, asked]
             .into_iter()
             .flatten()
             .reduce(f64::max);
@@ -385,6 +383,22 @@ mod tests {
     use super::*;
     use weir_formats::http_headers::MAX_WAIT;
 
+    /// Answers have used `tokens` on average; what requests ask is not known.
+    fn used(tokens: f64) -> RequestTokens {
+        RequestTokens {
+            asked: None,
+            used_on_average: Some(tokens),
+        }
+    }
+
+    /// Requests ask `asked` tokens each; answers have used `used` on average.
+    fn asks(asked: f64, used: f64) -> RequestTokens {
+        RequestTokens {
+            asked: Some(asked),
+            used_on_average: Some(used),
+        }
+    }
+
     fn requests(per_minute: f64, remaining: u64) -> RateReport {
         RateReport {
             requests: Some(Quota {
@@ -407,7 +421,7 @@ mod tests {
         }
         // 600 a minute, 5 left when the first was taken: the four sent
         // after it leave one.
-        windows.follow(now, &requests(600.0, 5), first, None, None);
+        windows.follow(now, &requests(600.0, 5), first, RequestTokens::default());
         assert_eq!(windows.ready_at(now), None);
         windows.dispatched(now);
         // Empty: the next has room once a tenth of a second refills it.
@@ -431,13 +445,13 @@ mod tests {
         let first = windows.dispatched(now);
         windows.ended(first);
         // 60 a minute: no refill to speak of within the test.
-        windows.follow(now, &requests(60.0, 29), first, None, None);
+        windows.follow(now, &requests(60.0, 29), first, RequestTokens::default());
         let mut sent: Vec<u64> = (0..20).map(|_| windows.dispatched(now)).collect();
         // The last of the twenty reached the provider before the other
         // nineteen, which are still on their way: its report says 28 left,
         // but those nineteen will take 19 of them.
         windows.ended(sent[19]);
-        windows.follow(now, &requests(60.0, 28), sent[19], None, None);
+        windows.follow(now, &requests(60.0, 28), sent[19], RequestTokens::default());
         for _ in 0..9 {
             assert_eq!(windows.ready_at(now), None);
             sent.push(windows.dispatched(now));
@@ -452,7 +466,12 @@ mod tests {
             windows.ended(*sent_as);
         }
         let later = now + Duration::from_millis(10);
-        windows.follow(later, &requests(60.0, 5), *sent.last().unwrap(), None, None);
+        windows.follow(
+            later,
+            &requests(60.0, 5),
+            *sent.last().unwrap(),
+            RequestTokens::default(),
+        );
         assert_eq!(windows.ready_at(later), None);
     }
 
@@ -461,7 +480,7 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
         let sent = windows.dispatched(now);
-        windows.follow(now, &requests(60.0, 2), sent, None, None);
+        windows.follow(now, &requests(60.0, 2), sent, RequestTokens::default());
         let much_later = now + Duration::from_secs(3600);
         windows.dispatched(much_later);
         windows.dispatched(much_later);
@@ -485,9 +504,12 @@ mod tests {
             }),
         };
         let sent = windows.dispatched(now);
-        assert_eq!(windows.follow(now, &report, sent, None, None), None);
+        assert_eq!(
+            windows.follow(now, &report, sent, RequestTokens::default()),
+            None
+        );
         assert_eq!(windows.ready_at(now), None, "no cost known yet");
-        windows.follow(now, &report, sent, None, Some(100.0));
+        windows.follow(now, &report, sent, used(100.0));
         windows.dispatched(now);
         windows.dispatched(now);
         // 50 tokens left, 100 a request, 1,000 a second.
@@ -518,33 +540,27 @@ mod tests {
         }
         // Answers say 15 tokens each, but each request takes 60 of a window
         // refilling 1,000 a second: a full window's fall shows it.
-        windows.follow(now, &tokens(39_940), 0, None, Some(15.0));
-        windows.follow(now, &tokens(39_940 - 64 * 60), 64, None, Some(15.0));
+        windows.follow(now, &tokens(39_940), 0, used(15.0));
+        windows.follow(now, &tokens(39_940 - 64 * 60), 64, used(15.0));
         assert_eq!(token_cost(&windows), 15.0, "64 requests say too little");
-        windows.follow(now, &tokens(39_940 - 128 * 60), 128, None, Some(15.0));
+        windows.follow(now, &tokens(39_940 - 128 * 60), 128, used(15.0));
         assert_eq!(token_cost(&windows), 60.0);
         // Below full, the window takes in its refill: a second later it
         // fell by 1,000 less.
         let later = now + Duration::from_secs(1);
-        windows.follow(
-            later,
-            &tokens(39_940 - 256 * 60 + 1_000),
-            256,
-            None,
-            Some(15.0),
-        );
+        windows.follow(later, &tokens(39_940 - 256 * 60 + 1_000), 256, used(15.0));
         assert_eq!(token_cost(&windows), 60.0);
         // A full window lets its refill go: a slow fall from it says
         // nothing, and the usage is all there is.
         let mut fresh = ProviderWindows::default();
-        fresh.follow(now, &tokens(20_000), 0, None, Some(15.0));
-        fresh.follow(later, &tokens(19_990), 200, None, Some(15.0));
+        fresh.follow(now, &tokens(20_000), 0, used(15.0));
+        fresh.follow(later, &tokens(19_990), 200, used(15.0));
         assert_eq!(token_cost(&fresh), 15.0);
         // What requests ask, when known, counts then: such a fall says only
         // what they take at the least.
         let mut asking = ProviderWindows::default();
-        asking.follow(now, &tokens(20_000), 0, Some(500.0), Some(15.0));
-        asking.follow(later, &tokens(19_990), 200, Some(500.0), Some(15.0));
+        asking.follow(now, &tokens(20_000), 0, asks(500.0, 15.0));
+        asking.follow(later, &tokens(19_990), 200, asks(500.0, 15.0));
         assert_eq!(token_cost(&asking), 500.0);
     }
 
@@ -558,7 +574,7 @@ mod tests {
         // Each request asks 1,000 tokens (its `max_tokens` and text), and
         // its answer uses 15: 2,500 left when the first was taken hold two
         // more, not 166.
-        windows.follow(now, &tokens(2_500), 0, Some(1_000.0), Some(15.0));
+        windows.follow(now, &tokens(2_500), 0, asks(1_000.0, 15.0));
         assert_eq!(token_cost(&windows), 1_000.0);
         assert_eq!(windows.ready_at(now), None);
         windows.dispatched(now);
@@ -572,14 +588,8 @@ mod tests {
         for _ in 0..129 {
             windows.dispatched(now);
         }
-        windows.follow(now, &tokens(39_940), 0, Some(1_000.0), Some(15.0));
-        windows.follow(
-            now,
-            &tokens(39_940 - 128 * 60),
-            128,
-            Some(1_000.0),
-            Some(15.0),
-        );
+        windows.follow(now, &tokens(39_940), 0, asks(1_000.0, 15.0));
+        windows.follow(now, &tokens(39_940 - 128 * 60), 128, asks(1_000.0, 15.0));
         assert_eq!(token_cost(&windows), 60.0);
     }
 
@@ -599,7 +609,7 @@ mod tests {
                 ..=10 => (start, 10_000 - 1_000 * sent_as),
                 _ => (start + Duration::from_secs(sent_as - 10), 0),
             };
-            windows.follow(at, &tokens(left), sent_as, None, Some(15.0));
+            windows.follow(at, &tokens(left), sent_as, used(15.0));
         }
         let learned = windows.token_cost.learned().unwrap();
         assert!(
@@ -625,7 +635,7 @@ mod tests {
         // or 90 a request, over 128 requests 60 within a few per cent.
         for (i, sent_as) in (0..=128).step_by(16).enumerate() {
             let place = if i % 2 == 0 { sent_as + 4 } else { sent_as - 4 };
-            windows.follow(now, &tokens(40_000 - place * 60), sent_as, None, Some(15.0));
+            windows.follow(now, &tokens(40_000 - place * 60), sent_as, used(15.0));
         }
         let cost = token_cost(&windows);
         assert!((56.0..=64.0).contains(&cost), "{cost}");
@@ -638,12 +648,12 @@ mod tests {
         for _ in 0..129 {
             windows.dispatched(now);
         }
-        windows.follow(now, &tokens(39_940), 0, None, Some(15.0));
+        windows.follow(now, &tokens(39_940), 0, used(15.0));
         // 28 of the 128 after it were refused: 100 took 60 each.
         for sent_as in 100..128 {
             windows.refused(sent_as);
         }
-        windows.follow(now, &tokens(39_940 - 100 * 60), 128, None, Some(15.0));
+        windows.follow(now, &tokens(39_940 - 100 * 60), 128, used(15.0));
         assert_eq!(token_cost(&windows), 60.0);
     }
 
@@ -661,7 +671,7 @@ mod tests {
             tokens: None,
         };
         assert_eq!(
-            windows.follow(now, &report, sent, None, None),
+            windows.follow(now, &report, sent, RequestTokens::default()),
             Some(Duration::from_secs(6))
         );
         assert_eq!(windows.ready_at(now), None);
@@ -672,7 +682,7 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::shared_by(4);
         let sent = windows.dispatched(now);
-        windows.follow(now, &requests(600.0, 0), sent, None, None);
+        windows.follow(now, &requests(600.0, 0), sent, RequestTokens::default());
         assert_eq!(
             windows.ready_at(now),
             Some(now + Duration::from_millis(400))
@@ -686,7 +696,7 @@ mod tests {
         let sent = windows.dispatched(now);
         // The only request in flight comes back with nothing left: no other
         // answer will come to say the window refilled.
-        windows.follow(now, &requests(600.0, 0), sent, None, None);
+        windows.follow(now, &requests(600.0, 0), sent, RequestTokens::default());
         let ms = Duration::from_millis;
         assert_eq!(windows.ready_at(now), Some(now + ms(100)));
         windows.dispatched(now + ms(100));
@@ -700,7 +710,7 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
         let sent = windows.dispatched(now);
-        windows.follow(now, &requests(1e-300, 0), sent, None, None);
+        windows.follow(now, &requests(1e-300, 0), sent, RequestTokens::default());
         assert_eq!(windows.ready_at(now), Some(now + MAX_WAIT));
     }
 }
