@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     if let Some(wait) = http_headers::retry_after(header, now) {
         bounded(wait);
     }
-    if let Some(report) = http_headers::rate_report(header) {
+    if let Some(report) = http_headers::rate_report(header, now) {
         for quota in report.requests.into_iter().chain(report.tokens) {
             quota.reset.into_iter().for_each(bounded);
             if let Some(per_minute) = quota.per_minute {
@@ -41,6 +41,9 @@ fuzz_target!(|data: &[u8]| {
     }
     for (_, value) in &headers {
         if let Some(reset) = http_headers::parse_reset(value.trim()) {
+            bounded(reset);
+        }
+        if let Some(reset) = http_headers::until_time(value.trim(), now) {
             bounded(reset);
         }
     }

@@ -62,8 +62,9 @@ pub struct Quota {
     pub per_minute: Option<f64>,
     /// What is left of it when the provider took the request.
     pub remaining: u64,
-    /// Until the window is whole again, when the answer says in a form read
-    /// here (`1s`, `6m0s`, `250ms`, bare seconds).
+    /// Until the window is whole again, when the answer says: OpenAI and
+    /// Azure give a duration (`1s`, `6m0s`, `250ms`), Anthropic the time
+    /// (RFC 3339), read against the clock the report was read by.
     pub reset: Option<Duration>,
 }
 
@@ -102,9 +103,12 @@ const TOKEN_HEADERS: [[&str; 3]; 2] = [
     ],
 ];
 
-/// Reads the rate windows an answer reports; a limit that is not a positive
-/// number is left out (no window would refill at it).
-pub fn rate_report<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<RateReport> {
+/// Reads the rate windows an answer reports, at `now`; a limit that is not a
+/// positive number is left out (no window would refill at it).
+pub fn rate_report<'h>(
+    header: impl Fn(&str) -> Option<&'h str>,
+    now: SystemTime,
+) -> Option<RateReport> {
     let text = |name: &str| header(name).map(str::trim);
     let quota = |names: &[[&str; 3]; 2]| {
         names.iter().find_map(|[limit, remaining, reset]| {
@@ -113,7 +117,7 @@ pub fn rate_report<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<RateR
                 per_minute: text(limit)
                     .and_then(|l| l.parse::<f64>().ok())
                     .filter(|l| l.is_finite() && *l > 0.0),
-                reset: text(reset).and_then(parse_reset),
+                reset: text(reset).and_then(|r| parse_reset(r).or_else(|| until_time(r, now))),
             })
         })
     };
@@ -122,6 +126,41 @@ pub fn rate_report<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<RateR
         tokens: quota(&TOKEN_HEADERS),
     };
     (report != RateReport::default()).then_some(report)
+}
+
+/// The wait until an RFC 3339 time (`2026-11-28T12:00:30Z`, fractions of a
+/// second and offsets such as `+01:00` allowed): none for a time past.
+pub fn until_time(text: &str, now: SystemTime) -> Option<Duration> {
+    let (local, east_of_utc) = split_offset(text)?;
+    let local = humantime::parse_rfc3339_weak(local).ok()?;
+    let utc = if east_of_utc >= 0 {
+        local.checked_sub(Duration::from_secs(east_of_utc as u64))?
+    } else {
+        local.checked_add(Duration::from_secs(east_of_utc.unsigned_abs()))?
+    };
+    Some(
+        utc.duration_since(now)
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_WAIT),
+    )
+}
+
+/// A time's text without its offset from UTC, and the offset in seconds
+/// (`Z` is none).
+fn split_offset(text: &str) -> Option<(&str, i64)> {
+    if let Some(local) = text.strip_suffix(['Z', 'z']) {
+        return Some((local, 0));
+    }
+    let at = text.len().checked_sub(6)?;
+    let (local, offset) = (text.get(..at)?, text.get(at..)?);
+    let sign = match offset.as_bytes() {
+        [b'+', _, _, b':', _, _] => 1,
+        [b'-', _, _, b':', _, _] => -1,
+        _ => return Some((text, 0)),
+    };
+    let hours: i64 = offset[1..3].parse().ok()?;
+    let minutes: i64 = offset[4..6].parse().ok()?;
+    Some((local, sign * (hours * 3600 + minutes * 60)))
 }
 
 /// `1s`, `6m0s`, `250ms`, `1.5s`, `1h2m3s`, or bare seconds.
@@ -230,8 +269,13 @@ mod tests {
         assert_eq!(parse_reset("1é"), None);
     }
 
+    /// The clock the tests' reports are read by: 2026-11-28T12:00:00Z.
+    fn noon() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_867_200)
+    }
+
     fn report_of(pairs: &[(&str, &str)]) -> Option<RateReport> {
-        rate_report(headers(pairs))
+        rate_report(headers(pairs), noon())
     }
 
     #[test]
@@ -283,7 +327,7 @@ mod tests {
                 requests: Some(Quota {
                     per_minute: Some(50.0),
                     remaining: 0,
-                    reset: None,
+                    reset: Some(Duration::from_secs(30)),
                 }),
                 tokens: Some(Quota {
                     per_minute: Some(40000.0),
@@ -292,5 +336,34 @@ mod tests {
                 }),
             })
         );
+    }
+
+    #[test]
+    fn reset_times_are_read_against_the_clock() {
+        let at = |text| until_time(text, noon());
+        assert_eq!(at("2026-11-28T12:00:30Z"), Some(Duration::from_secs(30)));
+        assert_eq!(
+            at("2026-11-28T12:00:01.250Z"),
+            Some(Duration::from_millis(1250))
+        );
+        assert_eq!(
+            at("2026-11-28T13:00:30+01:00"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            at("2026-11-28T11:00:30-01:00"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(at("2026-11-28T11:59:00Z"), Some(Duration::ZERO));
+        assert_eq!(at("9999-12-31T23:59:59Z"), Some(MAX_WAIT));
+        for bad in [
+            "soon",
+            "2026-11-28",
+            "2026-11-28T12:00:30+1:00",
+            "+00:00",
+            "",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
     }
 }

@@ -80,7 +80,10 @@ pub fn estimate_tokens(body: &str) -> u32 {
 /// What the answer's rate-limit headers say about the provider's windows;
 /// see `weir_formats::http_headers::rate_report`.
 pub fn report(headers: &HeaderMap) -> Option<RateReport> {
-    http_headers::rate_report(super::retry::header_text(headers))
+    http_headers::rate_report(
+        super::retry::header_text(headers),
+        std::time::SystemTime::now(),
+    )
 }
 
 #[cfg(test)]
