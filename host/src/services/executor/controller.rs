@@ -699,10 +699,17 @@ impl Controller {
     /// The round trip's ratio to the no-load one, when it says the server
     /// queues. Learns the no-load estimate on the way.
     fn queueing(&mut self, rtt: f64) -> Option<f64> {
-        let base = match self.base_rtt {
-            Some(base) if rtt < base => rtt,
-            Some(base) => base + BASE_DRIFT * (rtt - base),
-            None => rtt,
+        // A window can close before the first answers are all back: a
+        // server that serves one at a time answers the first four at one,
+        // two, three and four times its service time. Their mean, taken for
+        // the no-load round trip, let a queue of ten stand for seconds
+        // against llama.cpp; until the seed is taken, a window has nothing
+        // to be measured against.
+        let base = self.base_rtt?;
+        let base = if rtt < base {
+            rtt
+        } else {
+            base + BASE_DRIFT * (rtt - base)
         };
         self.base_rtt = Some(base);
         queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))

@@ -456,6 +456,33 @@ async fn a_queueing_server_gets_a_short_queue_at_full_throughput() {
     assert!((8..=20).contains(&limit), "limit {limit}");
 }
 
+/// llama.cpp's server as `examples/local-llm` runs it: one request at a time,
+/// the rest queued. Its first four answers come at one to four times its
+/// service time, so the window that closes among them must not take their
+/// mean for the no-load round trip.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_serves_one_at_a_time_gets_a_queue_of_one_or_two() {
+    let service = Duration::from_millis(180);
+    let sim = Sim::new(Server::Queueing { slots: 1, service });
+    let run = Duration::from_secs(20);
+    let limiter = drive(&sim, 64, 64, run).await;
+    let capacity = 1.0 / service.as_secs_f64();
+    let steady = sim.goodput(2.0, 20.0);
+    let queue = sim.mean_queue(run);
+    let changes = limiter.snapshot().samples;
+    let after_first_answers = changes
+        .iter()
+        .take_while(|(at, _)| *at <= Duration::from_millis(1500))
+        .last()
+        .map(|(_, limit)| *limit);
+    eprintln!(
+        "one at a time: {steady:.2}/s of {capacity:.2}, mean queue {queue:.2}, limit at 1.5 s {after_first_answers:?}"
+    );
+    assert!(steady >= 0.95 * capacity, "goodput {steady:.2}/s");
+    assert!(queue <= 2.5, "mean queue {queue:.2}");
+    assert!(after_first_answers <= Some(2), "{changes:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_rejections_do_not_collapse_the_limit() {
     let sim = Sim::new(Server::RandomErrors {
