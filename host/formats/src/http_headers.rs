@@ -129,7 +129,8 @@ pub fn rate_report<'h>(
 }
 
 /// The wait until an RFC 3339 time (`2026-11-28T12:00:30Z`, fractions of a
-/// second and offsets such as `+01:00` allowed): none for a time past.
+/// second and offsets such as `+01:00` allowed): zero for a time past,
+/// None for text that is no such time.
 pub fn until_time(text: &str, now: SystemTime) -> Option<Duration> {
     let (local, east_of_utc) = split_offset(text)?;
     let local = humantime::parse_rfc3339_weak(local).ok()?;
