@@ -32,7 +32,15 @@ fuzz_target!(|data: &[u8]| {
         bounded(wait);
     }
     if let Some(report) = http_headers::rate_report(header, now) {
-        for quota in report.requests.into_iter().chain(report.tokens) {
+        for quota in [
+            report.requests,
+            report.tokens,
+            report.input_tokens,
+            report.output_tokens,
+        ]
+        .into_iter()
+        .flatten()
+        {
             quota.reset.into_iter().for_each(bounded);
             if let Some(per_minute) = quota.per_minute {
                 assert!(per_minute.is_finite() && per_minute > 0.0, "{per_minute}");

@@ -555,6 +555,45 @@ async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
 }
 
 #[tokio::test]
+async fn an_anthropic_output_token_window_is_followed_apart_from_the_sum() {
+    // Anthropic enforces output tokens apart from input tokens and reports
+    // both beside their sum. 1,200,000 output tokens a minute from a bucket
+    // of 120,000: at `max_tokens: 1000`, 120 requests, then 20 a second;
+    // the sum's window (6,000,000) never runs low.
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        tokens_per_minute: Some(6_000_000),
+        output_tokens_per_minute: Some(1_200_000),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(200));
+    let yaml = format!(
+        "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    base_url: {}\n    \
+         api_key: {KEY}\n    pool_size: 64\ntransforms:\n  - name: ask\n    component: llm\n    \
+         endpoints: {{llm: claude}}\n    options:\n{ECHO_OPTIONS}      max_tokens: 1000\n\
+         sinks:\n  - path: out.jsonl\n",
+        server.root_url()
+    );
+    let pipeline = ws.write("p.yaml", &yaml);
+    let started = Instant::now();
+    let out = weir(&["run", pipeline.to_str().unwrap(), "--no-progress"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let took = started.elapsed();
+    let served = server.served();
+    let answered = served.iter().filter(|s| s.status == 200).count();
+    let refused = served.iter().filter(|s| s.status == 429).count();
+    eprintln!("output window: {answered} answered, {refused} refused, {took:?}");
+    assert_eq!(answered, 200);
+    assert!(took >= Duration::from_millis(3900), "{took:?}");
+    // Followed through the sum alone, the output window was overdrawn:
+    // 117 and 150 refused besides the 200 answered.
+    assert!(refused <= 8, "{refused} requests refused");
+}
+
+#[tokio::test]
 async fn azure_endpoints_use_the_deployment_url_and_the_api_key_header() {
     let server = TestLlmServer::start(Script {
         require_key: Some(KEY.into()),

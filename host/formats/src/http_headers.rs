@@ -69,11 +69,18 @@ pub struct Quota {
 }
 
 /// What an answer's rate-limit headers report; `None` from [`rate_report`]
-/// when they report neither window.
+/// when they report no window.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RateReport {
     pub requests: Option<Quota>,
+    /// Input and output tokens together.
     pub tokens: Option<Quota>,
+    /// Anthropic's windows of input and of output tokens, which it reports
+    /// beside their sum (`tokens`) and enforces apart: with 80,000 input and
+    /// 16,000 output tokens a minute, requests that each allow a long answer
+    /// find the output window spent while the sum has room.
+    pub input_tokens: Option<Quota>,
+    pub output_tokens: Option<Quota>,
 }
 
 /// Each window's headers: (limit, remaining, reset), OpenAI's and Azure's
@@ -90,6 +97,16 @@ const REQUEST_HEADERS: [[&str; 3]; 2] = [
         "anthropic-ratelimit-requests-reset",
     ],
 ];
+const INPUT_TOKEN_HEADERS: [[&str; 3]; 1] = [[
+    "anthropic-ratelimit-input-tokens-limit",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-reset",
+]];
+const OUTPUT_TOKEN_HEADERS: [[&str; 3]; 1] = [[
+    "anthropic-ratelimit-output-tokens-limit",
+    "anthropic-ratelimit-output-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-reset",
+]];
 const TOKEN_HEADERS: [[&str; 3]; 2] = [
     [
         "x-ratelimit-limit-tokens",
@@ -110,7 +127,7 @@ pub fn rate_report<'h>(
     now: SystemTime,
 ) -> Option<RateReport> {
     let text = |name: &str| header(name).map(str::trim);
-    let quota = |names: &[[&str; 3]; 2]| {
+    let quota = |names: &[[&str; 3]]| {
         names.iter().find_map(|[limit, remaining, reset]| {
             Some(Quota {
                 remaining: text(remaining)?.parse::<u64>().ok()?,
@@ -124,6 +141,8 @@ pub fn rate_report<'h>(
     let report = RateReport {
         requests: quota(&REQUEST_HEADERS),
         tokens: quota(&TOKEN_HEADERS),
+        input_tokens: quota(&INPUT_TOKEN_HEADERS),
+        output_tokens: quota(&OUTPUT_TOKEN_HEADERS),
     };
     (report != RateReport::default()).then_some(report)
 }
@@ -301,6 +320,7 @@ mod tests {
                     remaining: 0,
                     reset: Some(Duration::from_secs(360)),
                 }),
+                ..RateReport::default()
             })
         );
         assert_eq!(report_of(&[]), None);
@@ -321,6 +341,12 @@ mod tests {
             ("anthropic-ratelimit-requests-reset", "2026-11-28T12:00:30Z"),
             ("anthropic-ratelimit-tokens-limit", "40000"),
             ("anthropic-ratelimit-tokens-remaining", "39000"),
+            ("anthropic-ratelimit-output-tokens-limit", "8000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "7000"),
+            (
+                "anthropic-ratelimit-output-tokens-reset",
+                "2026-11-28T12:00:07.5Z",
+            ),
         ];
         assert_eq!(
             report_of(&h),
@@ -334,6 +360,12 @@ mod tests {
                     per_minute: Some(40000.0),
                     remaining: 39000,
                     reset: None,
+                }),
+                input_tokens: None,
+                output_tokens: Some(Quota {
+                    per_minute: Some(8000.0),
+                    remaining: 7000,
+                    reset: Some(Duration::from_millis(7500)),
                 }),
             })
         );

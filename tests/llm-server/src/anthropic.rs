@@ -5,7 +5,7 @@
 //! cuts an answer at `max_tokens` words, and words its errors as Anthropic
 //! does (`{type: "error", error: {type, message}}`, 529 `overloaded_error`).
 
-use super::{REQUEST_WINDOW, Shared, TOKEN_WINDOW, answer_as_chat};
+use super::{OUTPUT_TOKEN_WINDOW, REQUEST_WINDOW, Shared, TOKEN_WINDOW, answer_as_chat};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -63,9 +63,9 @@ pub(crate) async fn messages(
 /// The chat route's rate windows (`x-ratelimit-*`, `retry-after-ms`) as
 /// Anthropic words them: `anthropic-ratelimit-{requests,tokens}-*`, each
 /// reset the RFC 3339 time the window is full again, and a refusal's wait in
-/// whole seconds in `retry-after`. Anthropic also reports its input and
-/// output token windows apart; the server keeps one token window, which
-/// `tokens` (the most restrictive of them, at Anthropic) reports.
+/// whole seconds in `retry-after`. The server's token window counts input
+/// and output tokens together, as `tokens` does; of the windows Anthropic
+/// enforces apart, it keeps the output one when told (`output-tokens`).
 fn rate_headers(chat: &HeaderMap) -> Vec<(&'static str, String)> {
     let text = |name: &str| chat.get(name).and_then(|v| v.to_str().ok());
     let mut headers = Vec::new();
@@ -84,6 +84,14 @@ fn rate_headers(chat: &HeaderMap) -> Vec<(&'static str, String)> {
                 "anthropic-ratelimit-tokens-limit",
                 "anthropic-ratelimit-tokens-remaining",
                 "anthropic-ratelimit-tokens-reset",
+            ],
+        ),
+        (
+            OUTPUT_TOKEN_WINDOW,
+            [
+                "anthropic-ratelimit-output-tokens-limit",
+                "anthropic-ratelimit-output-tokens-remaining",
+                "anthropic-ratelimit-output-tokens-reset",
             ],
         ),
     ] {

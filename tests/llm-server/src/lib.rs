@@ -84,6 +84,12 @@ pub struct Script {
     /// it gives one (as OpenAI and Anthropic count), else its answer's.
     /// Every answer carries `x-ratelimit-*-tokens` headers.
     pub tokens_per_minute: Option<u32>,
+    /// Output tokens per minute on `/v1/messages`, as Anthropic enforces
+    /// them apart from input tokens: a bucket holding 6 seconds' worth, a
+    /// request taking its `max_tokens` at arrival. Every answer there carries
+    /// `anthropic-ratelimit-output-tokens-*`; OpenAI has no such window, so
+    /// the chat route ignores it.
+    pub output_tokens_per_minute: Option<u32>,
     /// (from, to) since start: every request in the window gets 500.
     pub outage: Option<(Duration, Duration)>,
     /// (n, length): once n requests have arrived, every request gets 500 for
@@ -163,6 +169,7 @@ impl Default for Script {
             capacity_steps: Vec::new(),
             requests_per_minute: None,
             tokens_per_minute: None,
+            output_tokens_per_minute: None,
             outage: None,
             outage_after: None,
             fault_rate: 0.0,
@@ -264,6 +271,7 @@ struct Shared {
     started: Instant,
     bucket: Mutex<Bucket>,
     token_bucket: Mutex<Bucket>,
+    output_token_bucket: Mutex<Bucket>,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
     count: AtomicU64,
@@ -291,6 +299,7 @@ impl TestLlmServer {
     pub async fn bind(script: Script, addr: &str) -> std::io::Result<Self> {
         let bucket = Bucket::full(script.requests_per_minute);
         let token_bucket = Bucket::full(script.tokens_per_minute);
+        let output_token_bucket = Bucket::full(script.output_tokens_per_minute);
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let started = Instant::now();
@@ -303,6 +312,7 @@ impl TestLlmServer {
             queue,
             bucket: Mutex::new(bucket),
             token_bucket: Mutex::new(token_bucket),
+            output_token_bucket: Mutex::new(output_token_bucket),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
             count: AtomicU64::new(0),
@@ -743,13 +753,13 @@ async fn answer(
     }
     // Computed ahead only when a token window needs what it takes.
     let mut chat = None;
+    // As the request came: the chat shape of a Messages request has none.
+    let asked_max_tokens = wire.unwrap_or(&parsed)["max_tokens"].as_u64();
     if let Some(tpm) = script.tokens_per_minute.filter(|_| arrival == Online) {
         let answer = Chat::of(script, &parsed, &user_message, sequence, &reflected);
         // A request's `max_tokens` is taken up front, as OpenAI and Anthropic
         // count it, whatever the answer then uses.
-        let answer_tokens = parsed["max_tokens"]
-            .as_u64()
-            .map_or(answer.completion_tokens, |most| most as usize);
+        let answer_tokens = asked_max_tokens.map_or(answer.completion_tokens, |most| most as usize);
         let tokens = (answer.prompt_tokens + answer_tokens) as f64;
         let mut bucket = shared.token_bucket.lock().unwrap();
         if let Some(refused) =
@@ -759,6 +769,25 @@ async fn answer(
             return refused;
         }
         chat = Some(answer);
+    }
+    if let Some(otpm) = script
+        .output_tokens_per_minute
+        .filter(|_| arrival == Online && wire.is_some())
+    {
+        let answer = chat
+            .get_or_insert_with(|| Chat::of(script, &parsed, &user_message, sequence, &reflected));
+        let tokens = asked_max_tokens.map_or(answer.completion_tokens, |most| most as usize) as f64;
+        let mut bucket = shared.output_token_bucket.lock().unwrap();
+        if let Some(refused) = take_from_window(
+            &mut bucket,
+            otpm,
+            tokens,
+            OUTPUT_TOKEN_WINDOW,
+            &mut rate_headers,
+        ) {
+            log(429, None);
+            return refused;
+        }
     }
     if let Some(capacity) = capacity_now(script, since_start)
         && arrival == Online
@@ -864,6 +893,16 @@ pub(crate) const REQUEST_WINDOW: WindowNames = (
         "x-ratelimit-limit-requests",
         "x-ratelimit-remaining-requests",
         "x-ratelimit-reset-requests",
+    ],
+);
+/// Named as the chat route would name it, for `anthropic.rs` to word as
+/// Anthropic does; only `/v1/messages` has it.
+pub(crate) const OUTPUT_TOKEN_WINDOW: WindowNames = (
+    "output tokens",
+    [
+        "x-ratelimit-limit-output-tokens",
+        "x-ratelimit-remaining-output-tokens",
+        "x-ratelimit-reset-output-tokens",
     ],
 );
 pub(crate) const TOKEN_WINDOW: WindowNames = (

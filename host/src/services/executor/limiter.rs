@@ -740,6 +740,7 @@ mod tests {
                 reset: None,
             }),
             tokens: None,
+            ..RateReport::default()
         };
         let limiter = Arc::new(Limiter::new(8, 8));
         let first = limiter.acquire(None, false).await.unwrap();

@@ -3,6 +3,7 @@
 //! provider's own rate-limit headers, which space the endpoint's requests at
 //! the window's rate once it runs low and pause them when it is spent.
 
+use super::window::Tokens;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use reqwest::header::HeaderMap;
 use std::num::NonZeroU32;
@@ -55,11 +56,11 @@ fn quota(per_minute: u32) -> Option<Quota> {
     Some(Quota::per_minute(rate).allow_burst(burst))
 }
 
-/// Tokens a chat request may use, as OpenAI and Anthropic count it against a
-/// token window when it arrives: its text at ~4 characters a token, plus the
-/// answer it allows (`max_tokens`, or `max_completion_tokens`, for each of
-/// its `n` choices).
-pub fn estimate_tokens(body: &str) -> u32 {
+/// Tokens a chat request may use, as OpenAI and Anthropic count it against
+/// their token windows when it arrives: its text at ~4 characters a token,
+/// and the answer it allows (`max_tokens`, or `max_completion_tokens`, for
+/// each of its `n` choices).
+pub fn estimate_tokens(body: &str) -> Tokens {
     // Only the limits are read: the messages are skipped, not copied.
     #[derive(serde::Deserialize)]
     struct Limits {
@@ -72,9 +73,10 @@ pub fn estimate_tokens(body: &str) -> u32 {
         each.unwrap_or(0)
             .saturating_mul(limits.n.unwrap_or(1).max(1))
     });
-    (body.len() as u64 / 4)
-        .saturating_add(answer)
-        .min(u32::MAX as u64) as u32
+    Tokens {
+        input: (body.len() / 4) as f64,
+        output: answer as f64,
+    }
 }
 
 /// What the answer's rate-limit headers say about the provider's windows;
@@ -110,11 +112,15 @@ mod tests {
 
     #[test]
     fn tokens_are_estimated_from_text_and_max_tokens() {
+        let tokens = |input: usize, output: f64| Tokens {
+            input: (input / 4) as f64,
+            output,
+        };
         let body = r#"{"messages":[{"role":"user","content":"0123456789012345"}],"max_tokens":10}"#;
-        assert_eq!(estimate_tokens(body), body.len() as u32 / 4 + 10);
+        assert_eq!(estimate_tokens(body), tokens(body.len(), 10.0));
         let choices = r#"{"messages":[],"max_completion_tokens":10,"max_tokens":99,"n":3}"#;
-        assert_eq!(estimate_tokens(choices), choices.len() as u32 / 4 + 30);
-        assert_eq!(estimate_tokens("not json"), 2);
+        assert_eq!(estimate_tokens(choices), tokens(choices.len(), 30.0));
+        assert_eq!(estimate_tokens("not json"), tokens(8, 0.0));
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use super::breaker::BreakerState;
 use super::controller::Signal;
 use super::dispatch::{Answer, AttemptFailure, FailureKind, Timeouts, not_json};
 use super::retry::{self, RetryCause, RetryPolicy, Verdict};
-use super::window::RequestTokens;
+use super::window::{RequestTokens, Tokens};
 use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
 use crate::config::EndpointKind;
 use crate::services::audit::now_ms;
@@ -39,7 +39,7 @@ impl Endpoint {
         let tokens = if self.rates.is_limited() || self.spec.kind != EndpointKind::Http {
             rate::estimate_tokens(body)
         } else {
-            0
+            Tokens::default()
         };
         let mut policy = RetryPolicy::new(self.retry_budget(), self.spec.max_retries);
         let mut first: Option<Instant> = None;
@@ -53,7 +53,10 @@ impl Endpoint {
             let wait_deadline = clock::earliest(row_deadline, budget_end);
             let admitted = match self.schema.known_refusal(body) {
                 // Refused before, or while waiting: not sent again.
-                None => self.admit(body, tokens, wait_deadline, attempt > 0).await,
+                None => {
+                    self.admit(body, tokens.total() as u32, wait_deadline, attempt > 0)
+                        .await
+                }
                 Some(_) => None,
             };
             let Some(admitted) = admitted else {
@@ -232,13 +235,13 @@ impl Endpoint {
 
     /// Tells the breaker and the figures how the attempt went, and follows
     /// the rate windows the answer reports (it was request `sent_as`, asking
-    /// `asked_tokens` of a token window).
+    /// `asked_tokens` of the token windows).
     fn observe(
         &self,
         tried: &Tried,
         ticket: super::breaker::Ticket,
         sent_as: u64,
-        asked_tokens: u32,
+        asked_tokens: Tokens,
     ) {
         // Capacity answers and a server's queue say the endpoint is busy,
         // not broken: they never open the breaker.
@@ -263,7 +266,7 @@ impl Endpoint {
                 sent_as,
                 refused,
                 RequestTokens {
-                    asked: (asked_tokens > 0).then_some(f64::from(asked_tokens)),
+                    asked: (asked_tokens.total() > 0.0).then_some(asked_tokens),
                     used_on_average: self.stats.tokens_per_answer(),
                 },
                 self.retry_budget(),

@@ -3,6 +3,7 @@
 use super::breaker::BreakerState;
 use super::limiter::LimiterSnapshot;
 use super::retry::RetryCause;
+use super::window::Tokens;
 use crate::services::running_mean::RunningMean;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -179,10 +180,14 @@ impl Stats {
     }
 
     /// The tokens an answered request has taken on average, once one has.
-    pub fn tokens_per_answer(&self) -> Option<f64> {
-        let answered = self.successes.load(Relaxed);
-        let tokens = self.prompt_tokens.load(Relaxed) + self.completion_tokens.load(Relaxed);
-        (answered > 0 && tokens > 0).then(|| tokens as f64 / answered as f64)
+    pub fn tokens_per_answer(&self) -> Option<Tokens> {
+        let answered = self.successes.load(Relaxed) as f64;
+        let prompt = self.prompt_tokens.load(Relaxed) as f64;
+        let completion = self.completion_tokens.load(Relaxed) as f64;
+        (answered > 0.0 && prompt + completion > 0.0).then(|| Tokens {
+            input: prompt / answered,
+            output: completion / answered,
+        })
     }
 
     pub fn cost(&self, usd: f64, estimated: bool) {

@@ -1,6 +1,7 @@
-//! A provider's rate windows (requests and tokens a minute) as its answers
-//! report them, followed between answers, so that requests leave while the
-//! window has room for them and wait, at its rate, once it has none.
+//! A provider's rate windows (requests and tokens a minute, and Anthropic's
+//! input and output tokens a minute apart) as its answers report them,
+//! followed between answers, so that requests leave while the window has
+//! room for them and wait, at its rate, once it has none.
 //!
 //! An answer says what was left of a window when the provider took the
 //! request; what was sent after that request is not counted in it, and is
@@ -17,11 +18,8 @@ use weir_formats::http_headers::{Quota, RateReport, wait_of_seconds};
 
 pub struct ProviderWindows {
     requests: Option<Mirror>,
-    tokens: Option<Mirror>,
-    token_cost: CostFromReports,
-    /// What the requests reported on asked of a token window on arrival
-    /// (their text and the answer they allow), on average.
-    asked: Option<f64>,
+    /// Windows of all tokens, of input tokens and of output tokens.
+    tokens: [TokenWindow; 3],
     /// Requests sent so far, the number of the next one.
     sent: u64,
     /// The numbers of the requests on their way.
@@ -37,12 +35,72 @@ impl Default for ProviderWindows {
     }
 }
 
-/// What one request asked of a token window on arrival, and what the
+/// What one request asked of the token windows on arrival, and what the
 /// endpoint's answers have used on average, as far as each is known.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RequestTokens {
-    pub asked: Option<f64>,
-    pub used_on_average: Option<f64>,
+    pub asked: Option<Tokens>,
+    pub used_on_average: Option<Tokens>,
+}
+
+/// Tokens of a request's text and of its answer.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Tokens {
+    pub input: f64,
+    pub output: f64,
+}
+
+impl Tokens {
+    pub fn total(self) -> f64 {
+        self.input + self.output
+    }
+}
+
+/// Which of a request's tokens a window counts.
+#[derive(Clone, Copy)]
+enum Counted {
+    All,
+    Input,
+    Output,
+}
+
+impl Counted {
+    fn of(self, tokens: Tokens) -> f64 {
+        match self {
+            Counted::All => tokens.total(),
+            Counted::Input => tokens.input,
+            Counted::Output => tokens.output,
+        }
+    }
+
+    fn quota(self, report: &RateReport) -> Option<Quota> {
+        match self {
+            Counted::All => report.tokens,
+            Counted::Input => report.input_tokens,
+            Counted::Output => report.output_tokens,
+        }
+    }
+}
+
+/// A token window, what its reports show requests take of it, and what
+/// they ask of it.
+struct TokenWindow {
+    counted: Counted,
+    mirror: Option<Mirror>,
+    cost: CostFromReports,
+    /// What the requests reported on asked of it on arrival, on average.
+    asked: Option<f64>,
+}
+
+impl TokenWindow {
+    fn new(counted: Counted) -> Self {
+        Self {
+            counted,
+            mirror: None,
+            cost: CostFromReports::default(),
+            asked: None,
+        }
+    }
 }
 
 /// One window, as weir last knew it.
@@ -62,7 +120,7 @@ struct Mirror {
 /// What a report leaves uncounted: the requests sent after its own, those
 /// sent before it whose answers have not come (the provider may have taken
 /// them after it), and what each request takes of the window.
-struct Counted {
+struct Uncounted {
     after: f64,
     unanswered_before: f64,
     cost: f64,
@@ -74,9 +132,7 @@ impl ProviderWindows {
     pub fn shared_by(shards: u32) -> Self {
         Self {
             requests: None,
-            tokens: None,
-            token_cost: CostFromReports::default(),
-            asked: None,
+            tokens: [Counted::All, Counted::Input, Counted::Output].map(TokenWindow::new),
             sent: 0,
             unanswered: BTreeSet::new(),
             share: 1.0 / f64::from(shards.max(1)),
@@ -100,9 +156,7 @@ impl ProviderWindows {
 
     /// When the windows have room for the next request, if not at `now`.
     pub fn ready_at(&self, now: Instant) -> Option<Instant> {
-        [&self.requests, &self.tokens]
-            .into_iter()
-            .flatten()
+        self.mirrors()
             .filter_map(|mirror| mirror.ready_at(now))
             .max()
     }
@@ -111,7 +165,9 @@ impl ProviderWindows {
     /// so the window's fall over the requests about it says less than what
     /// requests take.
     pub fn refused(&mut self, sent_as: u64) {
-        self.token_cost.refused(sent_as);
+        for window in &mut self.tokens {
+            window.cost.refused(sent_as);
+        }
     }
 
     /// Takes in the report of the answer to request `sent_as`, with what
@@ -140,52 +196,98 @@ impl ProviderWindows {
         let after = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
         let unanswered_before = self.unanswered.range(..sent_as).count() as f64 / self.share;
         let share = self.share;
-        if let Some(asked) = tokens.asked.filter(|a| a.is_finite() && *a > 0.0) {
-            self.asked = Some(match self.asked {
-                Some(mean) => mean + ASKED_WEIGHT * (asked - mean),
-                None => asked,
-            });
-        }
-        if let Some(quota) = report.tokens
-            && let Some(per_minute) = quota.per_minute
-        {
-            self.token_cost
-                .observe(now, sent_as, quota.remaining as f64, per_minute / 60.0);
-        }
-        let learned = self.token_cost.learned();
-        // A fall that may have missed refill the window let go says what
-        // requests take at the least.
-        let asked = self.asked.filter(|_| learned.is_none_or(|l| l.at_least));
-        // The window's fall counts the other shards' requests as well.
-        let learned = learned.map(|l| l.per_request * share);
-        let token_cost = [tokens.used_on_average, learned, asked]
-            .into_iter()
-            .flatten()
-            .reduce(f64::max);
         let mut hold = None;
-        for (mirror, quota, cost) in [
-            (&mut self.requests, report.requests, Some(1.0)),
-            (&mut self.tokens, report.tokens, token_cost),
-        ] {
-            let Some(quota) = quota else { continue };
-            match (quota.per_minute, cost.filter(|c| c.is_finite() && *c > 0.0)) {
-                (Some(per_minute), Some(cost)) => {
-                    let counted = Counted {
-                        after,
-                        unanswered_before,
-                        cost,
-                    };
-                    Mirror::follow(mirror, now, &quota, per_minute * share, counted)
-                }
-                _ if quota.remaining == 0 => hold = hold.max(quota.reset),
-                _ => {}
+        if let Some(quota) = report.requests {
+            let uncounted = Uncounted {
+                after,
+                unanswered_before,
+                cost: 1.0,
+            };
+            hold = hold.max(follow_quota(
+                &mut self.requests,
+                now,
+                &quota,
+                share,
+                uncounted,
+            ));
+        }
+        for window in &mut self.tokens {
+            let counted = window.counted;
+            if let Some(asked) = tokens
+                .asked
+                .map(|t| counted.of(t))
+                .filter(|a| a.is_finite() && *a > 0.0)
+            {
+                window.asked = Some(match window.asked {
+                    Some(mean) => mean + ASKED_WEIGHT * (asked - mean),
+                    None => asked,
+                });
             }
+            let Some(quota) = counted.quota(report) else {
+                continue;
+            };
+            if let Some(per_minute) = quota.per_minute {
+                window
+                    .cost
+                    .observe(now, sent_as, quota.remaining as f64, per_minute / 60.0);
+            }
+            let learned = window.cost.learned();
+            // A fall that may have missed refill the window let go says what
+            // requests take at the least.
+            let asked = window.asked.filter(|_| learned.is_none_or(|l| l.at_least));
+            // The window's fall counts the other shards' requests as well.
+            let learned = learned.map(|l| l.per_request * share);
+            let used = tokens.used_on_average.map(|t| counted.of(t));
+            let cost = [used, learned, asked]
+                .into_iter()
+                .flatten()
+                .reduce(f64::max);
+            let uncounted = Uncounted {
+                after,
+                unanswered_before,
+                cost: cost.unwrap_or(0.0),
+            };
+            hold = hold.max(follow_quota(
+                &mut window.mirror,
+                now,
+                &quota,
+                share,
+                uncounted,
+            ));
         }
         hold
     }
 
+    fn mirrors(&self) -> impl Iterator<Item = &Mirror> {
+        std::iter::once(&self.requests)
+            .chain(self.tokens.iter().map(|w| &w.mirror))
+            .flatten()
+    }
+
     fn mirrors_mut(&mut self) -> impl Iterator<Item = &mut Mirror> {
-        [&mut self.requests, &mut self.tokens].into_iter().flatten()
+        std::iter::once(&mut self.requests)
+            .chain(self.tokens.iter_mut().map(|w| &mut w.mirror))
+            .flatten()
+    }
+}
+
+/// Follows one window's report with what a request takes of it, or, where
+/// that or the window's rate is not known, returns how long a spent window
+/// holds every request: until it resets.
+fn follow_quota(
+    mirror: &mut Option<Mirror>,
+    now: Instant,
+    quota: &Quota,
+    share: f64,
+    uncounted: Uncounted,
+) -> Option<Duration> {
+    match quota.per_minute {
+        Some(per_minute) if uncounted.cost.is_finite() && uncounted.cost > 0.0 => {
+            Mirror::follow(mirror, now, quota, per_minute * share, uncounted);
+            None
+        }
+        _ if quota.remaining == 0 => quota.reset,
+        _ => None,
     }
 }
 
@@ -338,11 +440,11 @@ impl Mirror {
         now: Instant,
         quota: &Quota,
         per_minute: f64,
-        counted: Counted,
+        uncounted: Uncounted,
     ) {
         let remaining = quota.remaining as f64;
-        let at_most = remaining - counted.after * counted.cost;
-        let at_least = at_most - counted.unanswered_before * counted.cost;
+        let at_most = remaining - uncounted.after * uncounted.cost;
+        let at_least = at_most - uncounted.unanswered_before * uncounted.cost;
         let (level, capacity) = match mirror.as_ref() {
             Some(known) => (
                 known.level_at(now).clamp(at_least, at_most),
@@ -355,7 +457,7 @@ impl Mirror {
             level,
             capacity,
             at: now,
-            cost: counted.cost,
+            cost: uncounted.cost,
         });
     }
 
@@ -387,15 +489,23 @@ mod tests {
     fn used(tokens: f64) -> RequestTokens {
         RequestTokens {
             asked: None,
-            used_on_average: Some(tokens),
+            used_on_average: Some(input(tokens)),
+        }
+    }
+
+    /// `tokens` of text, no answer: what a window of all tokens counts.
+    fn input(tokens: f64) -> Tokens {
+        Tokens {
+            input: tokens,
+            output: 0.0,
         }
     }
 
     /// Requests ask `asked` tokens each; answers have used `used` on average.
     fn asks(asked: f64, used: f64) -> RequestTokens {
         RequestTokens {
-            asked: Some(asked),
-            used_on_average: Some(used),
+            asked: Some(input(asked)),
+            used_on_average: Some(input(used)),
         }
     }
 
@@ -407,6 +517,7 @@ mod tests {
                 reset: None,
             }),
             tokens: None,
+            ..RateReport::default()
         }
     }
 
@@ -502,6 +613,7 @@ mod tests {
                 remaining: 250,
                 reset: None,
             }),
+            ..RateReport::default()
         };
         let sent = windows.dispatched(now);
         assert_eq!(
@@ -524,11 +636,12 @@ mod tests {
                 remaining,
                 reset: None,
             }),
+            ..RateReport::default()
         }
     }
 
     fn token_cost(windows: &ProviderWindows) -> f64 {
-        windows.tokens.as_ref().unwrap().cost
+        windows.tokens[0].mirror.as_ref().unwrap().cost
     }
 
     #[tokio::test(start_paused = true)]
@@ -611,7 +724,7 @@ mod tests {
             };
             windows.follow(at, &tokens(left), sent_as, used(15.0));
         }
-        let learned = windows.token_cost.learned().unwrap();
+        let learned = windows.tokens[0].cost.learned().unwrap();
         assert!(
             (990.0..=1_010.0).contains(&learned.per_request),
             "{}",
@@ -657,6 +770,46 @@ mod tests {
         assert_eq!(token_cost(&windows), 60.0);
     }
 
+    /// Anthropic reports its windows of input and of output tokens beside
+    /// their sum, and enforces each: requests that allow long answers spend
+    /// the output window while the sum has plenty of room.
+    #[tokio::test(start_paused = true)]
+    async fn an_output_window_holds_requests_the_sum_has_room_for() {
+        let now = Instant::now();
+        let mut windows = ProviderWindows::default();
+        let quota = |per_minute: f64, remaining| {
+            Some(Quota {
+                per_minute: Some(per_minute),
+                remaining,
+                reset: None,
+            })
+        };
+        let report = RateReport {
+            requests: None,
+            tokens: quota(96_000.0, 90_000),
+            input_tokens: quota(80_000.0, 79_000),
+            output_tokens: quota(16_000.0, 1_000),
+        };
+        let long_answers = RequestTokens {
+            asked: Some(Tokens {
+                input: 30.0,
+                output: 1_000.0,
+            }),
+            used_on_average: Some(Tokens {
+                input: 30.0,
+                output: 20.0,
+            }),
+        };
+        let sent = windows.dispatched(now);
+        windows.follow(now, &report, sent, long_answers);
+        assert_eq!(windows.ready_at(now), None, "room for one more");
+        windows.dispatched(now);
+        // The output window is spent: 1,000 tokens of its refill at 16,000
+        // a minute take 3.75 s.
+        let wait = windows.ready_at(now).map(|at| at - now);
+        assert_eq!(wait.map(|w| w.as_millis()), Some(3_750));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_spent_window_of_unknown_rate_holds_until_it_resets() {
         let now = Instant::now();
@@ -669,6 +822,7 @@ mod tests {
                 reset: Some(Duration::from_secs(6)),
             }),
             tokens: None,
+            ..RateReport::default()
         };
         assert_eq!(
             windows.follow(now, &report, sent, RequestTokens::default()),

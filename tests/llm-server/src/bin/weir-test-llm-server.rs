@@ -48,6 +48,13 @@ struct Args {
     /// `/v1/messages`).
     #[arg(long)]
     tokens_per_minute: Option<u32>,
+    /// On `/v1/messages` only, as Anthropic enforces output tokens apart:
+    /// allow this many output tokens a minute (a bucket holding 6 seconds'
+    /// worth), a request taking its `max_tokens` at arrival; 429 and
+    /// `retry-after` beyond; every answer there carries
+    /// `anthropic-ratelimit-output-tokens-*`.
+    #[arg(long)]
+    output_tokens_per_minute: Option<u32>,
     /// Misbehave as a kind of endpoint does, around `--latency-ms`: chaos
     /// (like ChaosLLM's preset: a quarter of requests fail with 429, 529,
     /// 503, 502, 504, 500, resets, 30–60 s hangs, HTML or truncated bodies;
@@ -111,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
         serve_at_once: args.serve_at_once,
         requests_per_minute: args.requests_per_minute,
         tokens_per_minute: args.tokens_per_minute,
+        output_tokens_per_minute: args.output_tokens_per_minute,
         batch_seconds: Duration::try_from_secs_f64(args.batch_seconds).map_err(|_| {
             anyhow::anyhow!("--batch-seconds must be a number of seconds, 0 or more")
         })?,
