@@ -518,24 +518,26 @@ async fn a_token_window_that_holds_few_requests_at_their_max_tokens_is_not_overd
     assert!(refused <= 8, "{refused} requests refused");
 }
 
-#[tokio::test]
-async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
-    // The window of `a_providers_rate_window_is_followed_not_hammered`,
-    // reported as Anthropic does: `anthropic-ratelimit-requests-*`, each
-    // reset an RFC 3339 time.
+/// Runs `rows` rows through an `anthropic` endpoint at `pool_size: 64`
+/// against `window` (answers in 20 ms); returns the run's time and the
+/// requests answered and refused, all on `/v1/messages`.
+async fn run_within_anthropic_window(
+    window: Script,
+    rows: usize,
+    options: &str,
+) -> (Duration, usize, usize) {
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(20),
-        requests_per_minute: Some(3000),
-        ..Script::default()
+        ..window
     })
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(450));
+    ws.write("in.csv", &numbered_rows(rows));
     let yaml = format!(
         "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    base_url: {}\n    \
          api_key: {KEY}\n    pool_size: 64\ntransforms:\n  - name: ask\n    component: llm\n    \
-         endpoints: {{llm: claude}}\n    options:\n{ECHO_OPTIONS}sinks:\n  - path: out.jsonl\n",
+         endpoints: {{llm: claude}}\n    options:\n{options}sinks:\n  - path: out.jsonl\n",
         server.root_url()
     );
     let pipeline = ws.write("p.yaml", &yaml);
@@ -547,6 +549,19 @@ async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
     assert!(served.iter().all(|s| s.path == "/v1/messages"));
     let answered = served.iter().filter(|s| s.status == 200).count();
     let refused = served.iter().filter(|s| s.status == 429).count();
+    (took, answered, refused)
+}
+
+#[tokio::test]
+async fn an_anthropic_endpoint_follows_the_windows_anthropic_reports() {
+    // The window of `a_providers_rate_window_is_followed_not_hammered`,
+    // reported as Anthropic does: `anthropic-ratelimit-requests-*`, each
+    // reset an RFC 3339 time.
+    let window = Script {
+        requests_per_minute: Some(3000),
+        ..Script::default()
+    };
+    let (took, answered, refused) = run_within_anthropic_window(window, 450, ECHO_OPTIONS).await;
     assert_eq!(answered, 450);
     assert!(took >= Duration::from_millis(2900), "{took:?}");
     // Unread, these headers left weir to find the window by its
@@ -560,31 +575,13 @@ async fn an_anthropic_output_token_window_is_followed_apart_from_the_sum() {
     // both beside their sum. 1,200,000 output tokens a minute from a bucket
     // of 120,000: at `max_tokens: 1000`, 120 requests, then 20 a second;
     // the sum's window (6,000,000) never runs low.
-    let server = TestLlmServer::start(Script {
-        latency: Duration::from_millis(20),
+    let window = Script {
         tokens_per_minute: Some(6_000_000),
         output_tokens_per_minute: Some(1_200_000),
         ..Script::default()
-    })
-    .await
-    .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(200));
-    let yaml = format!(
-        "source:\n  path: in.csv\nendpoints:\n  claude:\n    kind: anthropic\n    base_url: {}\n    \
-         api_key: {KEY}\n    pool_size: 64\ntransforms:\n  - name: ask\n    component: llm\n    \
-         endpoints: {{llm: claude}}\n    options:\n{ECHO_OPTIONS}      max_tokens: 1000\n\
-         sinks:\n  - path: out.jsonl\n",
-        server.root_url()
-    );
-    let pipeline = ws.write("p.yaml", &yaml);
-    let started = Instant::now();
-    let out = weir(&["run", pipeline.to_str().unwrap(), "--no-progress"], &[]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let took = started.elapsed();
-    let served = server.served();
-    let answered = served.iter().filter(|s| s.status == 200).count();
-    let refused = served.iter().filter(|s| s.status == 429).count();
+    };
+    let options = format!("{ECHO_OPTIONS}      max_tokens: 1000\n");
+    let (took, answered, refused) = run_within_anthropic_window(window, 200, &options).await;
     eprintln!("output window: {answered} answered, {refused} refused, {took:?}");
     assert_eq!(answered, 200);
     assert!(took >= Duration::from_millis(3900), "{took:?}");
