@@ -756,11 +756,9 @@ async fn answer(
     // As the request came: the chat shape of a Messages request has none.
     let asked_max_tokens = wire.unwrap_or(&parsed)["max_tokens"].as_u64();
     if let Some(tpm) = script.tokens_per_minute.filter(|_| arrival == Online) {
-        let answer = Chat::of(script, &parsed, &user_message, sequence, &reflected);
-        // A request's `max_tokens` is taken up front, as OpenAI and Anthropic
-        // count it, whatever the answer then uses.
-        let answer_tokens = asked_max_tokens.map_or(answer.completion_tokens, |most| most as usize);
-        let tokens = (answer.prompt_tokens + answer_tokens) as f64;
+        let answer = chat
+            .get_or_insert_with(|| Chat::of(script, &parsed, &user_message, sequence, &reflected));
+        let tokens = (answer.prompt_tokens + answer.taken_on_arrival(asked_max_tokens)) as f64;
         let mut bucket = shared.token_bucket.lock().unwrap();
         if let Some(refused) =
             take_from_window(&mut bucket, tpm, tokens, TOKEN_WINDOW, &mut rate_headers)
@@ -768,7 +766,6 @@ async fn answer(
             log(429, None);
             return refused;
         }
-        chat = Some(answer);
     }
     if let Some(otpm) = script
         .output_tokens_per_minute
@@ -776,7 +773,7 @@ async fn answer(
     {
         let answer = chat
             .get_or_insert_with(|| Chat::of(script, &parsed, &user_message, sequence, &reflected));
-        let tokens = asked_max_tokens.map_or(answer.completion_tokens, |most| most as usize) as f64;
+        let tokens = answer.taken_on_arrival(asked_max_tokens) as f64;
         let mut bucket = shared.output_token_bucket.lock().unwrap();
         if let Some(refused) = take_from_window(
             &mut bucket,
@@ -954,6 +951,13 @@ struct Chat {
 }
 
 impl Chat {
+    /// The answer's tokens a token window takes on arrival: the request's
+    /// `max_tokens` up front, as OpenAI and Anthropic count it, whatever the
+    /// answer then uses; the answer's own without one.
+    fn taken_on_arrival(&self, max_tokens: Option<u64>) -> usize {
+        max_tokens.map_or(self.completion_tokens, |most| most as usize)
+    }
+
     fn of(
         script: &Script,
         parsed: &Value,
