@@ -176,9 +176,10 @@ impl ProviderWindows {
     /// counted against a token window at what the window's reports show
     /// requests take, or at what they used when that is more; until the
     /// reports have shown it (and while they show only what requests take
-    /// at the least), at what requests ask, when that is more: a provider that takes each request's `max_tokens` up front
-    /// would otherwise see a run's first hundred requests overdraw a window
-    /// that holds fewer of them. Returns how long to hold every request for
+    /// at the least), at what requests ask, when that is more: a provider
+    /// that takes each request's `max_tokens` up front would otherwise see
+    /// a run's first hundred requests overdraw a window that holds fewer of
+    /// them. Returns how long to hold every request for
     /// a spent window whose rate the answer does not give: until it resets.
     ///
     /// Requests sent together, on connections of their own, may reach the
