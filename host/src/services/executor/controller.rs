@@ -25,7 +25,11 @@
 //!   a level in flight where they are rare bounds the usual share from above.
 //! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
 //!   no-load estimate shrinks the limit in proportion, which holds the
-//!   server's queue at about half of what it serves at once.
+//!   server's queue at about half of what it serves at once. The answers
+//!   after such a cut say whether the round trip fell with the requests in
+//!   flight: where it did not, the round trip was not a queue's (answers
+//!   that vary in length, a server that batches), the cut is undone and
+//!   their round trip becomes the no-load estimate.
 //! - Growth after slow start follows TCP BIC: half the distance back to what
 //!   the limit of the last cut served per round trip, then slow probing
 //!   beyond it that doubles every round trip.
@@ -115,6 +119,16 @@ const QUEUE_CONFIRMED_WITHIN: u32 = 4;
 const EDGE_FRESH: Duration = Duration::from_secs(2);
 /// The window before any round trip has been measured.
 const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
+/// A queue cut is judged only where the requests in flight fell below this
+/// share of those that set it off: a smaller fall of the round trip is lost
+/// in the spread of a few answers, and a cut wrongly found useless would
+/// teach a queue's round trip as the no-load one.
+const QUEUE_JUDGED_BELOW: f64 = 0.75;
+/// A queue cut whose round trip fell by less than this share of the fall
+/// of the requests in flight (on a log scale) is undone: below a half, the
+/// cut lost more than a third of the answers a second that halving the
+/// load would (a queue loses none).
+const QUEUE_ELASTICITY: f64 = 0.5;
 
 /// What one finished attempt tells the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,11 +149,57 @@ struct Tally {
     /// completion, a server's hiccup) would otherwise raise the mean of a
     /// small window past `TOLERANCE` on their own.
     rtt_sum: f64,
+    /// The requests in flight at the sends of those answers.
+    in_flight_sum: f64,
+}
+
+impl Tally {
+    /// The mean round trip of the answers, and the mean requests in flight
+    /// at their sends.
+    fn point(&self) -> Option<(f64, f64)> {
+        let n = f64::from(self.ok);
+        (self.ok > 0).then(|| (self.rtt_sum / n, self.in_flight_sum / n))
+    }
 }
 
 struct Window {
     start: Instant,
     tally: Tally,
+}
+
+/// A cut for queueing, kept until the answers after it say whether the
+/// round trip fell with the limit. Against a queue it falls in proportion;
+/// answers that vary in length by nature (a model's completions) make the
+/// mean round trip of a window half again its shortest whatever the load,
+/// and taken for a queue, such a spread cut the limit window after window
+/// down to one.
+struct QueueCut {
+    before: f64,
+    /// The mean round trip and requests in flight of the answers that set
+    /// it off.
+    point_before: (f64, f64),
+    /// The limit it went to (cuts in a row: the last).
+    after: f64,
+    /// Slow start was under way: it goes on if the cut proves useless.
+    in_slow_start: bool,
+}
+
+impl QueueCut {
+    /// Whether the answers since the cut, their mean round trip and requests
+    /// in flight (`point_after`), say the round trip is not the load's.
+    /// Against a queue it falls as the requests in flight fall (in
+    /// proportion, on a log scale); where it fell by less than
+    /// `QUEUE_ELASTICITY` of that, the answers' spread or a server that
+    /// serves more at once, each a little slower, made it. `None` when the
+    /// requests in flight fell too little to tell from noise.
+    fn useless(&self, point_after: (f64, f64)) -> Option<bool> {
+        let ((rtt_before, n_before), (rtt_after, n_after)) = (self.point_before, point_after);
+        if n_after > QUEUE_JUDGED_BELOW * n_before || rtt_after <= 0.0 {
+            return None;
+        }
+        let elasticity = (rtt_before / rtt_after).ln() / (n_before / n_after).ln();
+        Some(elasticity < QUEUE_ELASTICITY)
+    }
 }
 
 /// A cut for losses, kept until the next window says whether it helped.
@@ -216,6 +276,9 @@ pub struct Controller {
     since_cut: Tally,
     last_saturated: Instant,
     pending: Option<Cut>,
+    queue_cut: Option<QueueCut>,
+    /// Answers to requests sent since the pending queue cut.
+    since_queue_cut: Tally,
     /// The share refused in the last whole window.
     last_loss: Option<f64>,
     /// The answers in the last whole window.
@@ -265,6 +328,8 @@ impl Controller {
             since_cut: Tally::default(),
             last_saturated: now,
             pending: None,
+            queue_cut: None,
+            since_queue_cut: Tally::default(),
             last_loss: None,
             last_ok: None,
             last_refusal: None,
@@ -362,7 +427,7 @@ impl Controller {
     pub fn on_answer(&mut self, now: Instant, sent_at: Instant, in_flight: usize, signal: Signal) {
         let before = self.limit;
         if signal == Signal::Success {
-            self.on_success(now, sent_at);
+            self.on_success(now, sent_at, in_flight);
         }
         if signal == Signal::Overload {
             self.last_refusal = Some(now);
@@ -380,7 +445,7 @@ impl Controller {
             }
         }
         self.count_in_band(in_flight, signal);
-        self.tally(sent_at, signal, now);
+        self.tally(sent_at, in_flight, signal, now);
         // Losses are acted on at once, as the first answers that show them
         // come back (a refusal is quick): waiting for the window would let
         // the overshoot run a whole round trip longer.
@@ -407,7 +472,7 @@ impl Controller {
         self.note_change(before, now);
     }
 
-    fn on_success(&mut self, now: Instant, sent_at: Instant) {
+    fn on_success(&mut self, now: Instant, sent_at: Instant, in_flight: usize) {
         let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
         // One answer counts for at most twice the average: a few answers
         // slow by nature would otherwise stretch every window after them,
@@ -419,28 +484,102 @@ impl Controller {
         self.srtt = Some(srtt);
         self.seed_base(rtt);
         // A round trip growing past the no-load one means a queue is
-        // building: slow start ends at the first such answer (HyStart's
-        // delay signal), and the limit holds while the smoothed one stays up.
+        // building, and the limit holds while the smoothed one stays up.
+        // In slow start the first such answer (HyStart's delay signal) marks
+        // where the queue began; slow start ends once the smoothed round
+        // trip confirms it. Ended at that one answer, slow start stopped at
+        // a tenth of what a server took whose answers vary in length by
+        // nature, the longest of them past the shortest by half.
         let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
-        if beyond(rtt) && self.slow_start {
-            self.slow_start = false;
-            self.ceiling = self.limit;
+        if beyond(rtt) && self.slow_start && self.queue_met.is_none() {
             self.queue_met = self.base_rtt.map(|base| {
                 let then = self.limit_at(sent_at);
                 let target = (then * (TOLERANCE * base / rtt).max(MAX_QUEUE_CUT)).max(1.0);
                 (target, now + QUEUE_CONFIRMED_WITHIN * self.window_len())
             });
         }
-        if queue_building && let Some((target, until)) = self.queue_met.take() {
-            // A queue confirmed long after slow start is not the one it met.
-            if now < until {
+        if let Some((target, until)) = self.queue_met {
+            if queue_building && now < until {
                 self.back_to_queue_start(now, target);
             }
+            // A queue confirmed long after is not the one it met.
+            if queue_building || now >= until {
+                self.queue_met = None;
+            }
+        }
+        if self.queue_cut.is_some() && sent_at >= self.last_change {
+            self.since_queue_cut.ok += 1;
+            self.since_queue_cut.rtt_sum += rtt.min(OUTLIER * srtt);
+            self.since_queue_cut.in_flight_sum += in_flight as f64;
+            self.judge_queue_cut(now);
         }
         if self.last_saturated >= sent_at && !queue_building {
             self.grow();
         }
+    }
+
+    /// Once enough answers to requests sent since the pending queue cut are
+    /// back: if their round trip did not fall with the limit, the limit
+    /// goes back to where it was, their round trip is the no-load one, and
+    /// slow start goes on if the cut ended it.
+    fn judge_queue_cut(&mut self, now: Instant) {
+        let Some(cut) = &self.queue_cut else {
+            return;
+        };
+        // A round trip's answers at the limit cut to: the round trips of a
+        // model's answers spread so that the mean of eight strays by a
+        // tenth.
+        let needed = if cut.after < cut.before * (1.0 - MAX_CUT) {
+            MIN_JUDGED_COLLAPSED
+        } else {
+            MIN_JUDGED.max(cut.after as u32)
+        };
+        let after = self.since_queue_cut;
+        let Some(point_after) = after.point().filter(|_| after.ok >= needed) else {
+            return;
+        };
+        match cut.useless(point_after) {
+            // Too small to tell yet: cuts that follow add to it.
+            None => {}
+            Some(false) => self.queue_cut = None,
+            Some(true) => {
+                let (before, in_slow_start) = (cut.before, cut.in_slow_start);
+                self.queue_cut = None;
+                self.limit = self.limit.max(before);
+                self.ceiling = self.ceiling.max(before);
+                let rtt_after = point_after.0;
+                self.base_rtt = Some(self.base_rtt.map_or(rtt_after, |b| b.max(rtt_after)));
+                self.slow_start |= in_slow_start && self.pending.is_none();
+                self.changed(now);
+            }
+        }
+    }
+
+    /// Keeps a queue cut from `before` to the limit now, to be judged; cuts
+    /// in a row are judged together, against the first.
+    /// `point_before`: the mean round trip and requests in flight of the
+    /// answers that set it off, if there were enough to judge it by.
+    fn queue_cut_made(
+        &mut self,
+        before: f64,
+        point_before: Option<(f64, f64)>,
+        in_slow_start: bool,
+    ) {
+        match (&mut self.queue_cut, point_before) {
+            // The limit grew past it since: no longer what is judged.
+            (Some(cut), _) if before <= cut.before => cut.after = self.limit,
+            (_, Some(point_before)) => {
+                self.queue_cut = Some(QueueCut {
+                    before,
+                    point_before,
+                    after: self.limit,
+                    in_slow_start,
+                });
+            }
+            (_, None) => self.queue_cut = None,
+        }
+        self.since_queue_cut = Tally::default();
     }
 
     /// Slow start grew the limit for a round trip after the queue began:
@@ -452,9 +591,15 @@ impl Controller {
     /// it was when the first delayed request was sent, shrunk as a queue
     /// cut shrinks it (`target`).
     fn back_to_queue_start(&mut self, now: Instant, target: f64) {
+        self.slow_start = false;
+        self.ceiling = self.limit;
         if target < self.limit {
+            let before = self.limit;
             self.limit = target;
             self.ceiling = target;
+            let window = self.window.tally;
+            let point = window.point().filter(|_| window.ok >= MIN_JUDGED_COLLAPSED);
+            self.queue_cut_made(before, point, true);
             self.changed(now);
         }
     }
@@ -509,7 +654,7 @@ impl Controller {
 
     /// Counts the answer in the window its request was sent in, or the one
     /// after.
-    fn tally(&mut self, sent_at: Instant, signal: Signal, now: Instant) {
+    fn tally(&mut self, sent_at: Instant, in_flight: usize, signal: Signal, now: Instant) {
         if sent_at < self.window.start {
             return;
         }
@@ -526,6 +671,7 @@ impl Controller {
                     .saturating_duration_since(sent_at)
                     .as_secs_f64()
                     .min(OUTLIER * srtt);
+                tally.in_flight_sum += in_flight as f64;
             }
             Signal::Overload => tally.lost += 1,
             Signal::Neutral => {}
@@ -604,7 +750,9 @@ impl Controller {
             }
         }
         if let Some(ratio) = queueing {
+            let (before, in_slow_start) = (self.limit, self.slow_start);
             self.cut_for_queue(ratio);
+            self.queue_cut_made(before, t.point(), in_slow_start);
             return true;
         }
         // The floor follows what the window held, not what the limit has
@@ -728,6 +876,7 @@ impl Controller {
         if self.limit <= 1.0 && self.pending.is_some() {
             return false;
         }
+        self.queue_met = None;
         // Slow start overshoots by up to its growth of a round trip.
         let share = if self.slow_start {
             MAX_CUT
@@ -807,6 +956,7 @@ impl Controller {
     /// beyond it gives a ratio of `l / c`, so the new limit is `1.5 c`.
     fn cut_for_queue(&mut self, ratio: f64) {
         self.slow_start = false;
+        self.queue_met = None;
         self.limit = (self.limit * (TOLERANCE / ratio).max(MAX_QUEUE_CUT)).max(1.0);
         self.floor = self.floor.min((self.limit * FLOOR_SHARE).floor().max(1.0));
         // Growth probes slowly from here rather than heading back.
@@ -937,7 +1087,7 @@ mod tests {
         controller.by_band[3] = Tally {
             ok: 80,
             lost: 20,
-            rtt_sum: 0.0,
+            ..Tally::default()
         };
         let at = start + Duration::from_millis(10);
         for i in 0..2 * limit {
@@ -968,12 +1118,12 @@ mod tests {
         controller.by_band[2] = Tally {
             ok: 36,
             lost: 2,
-            rtt_sum: 0.0,
+            ..Tally::default()
         };
         controller.by_band[3] = Tally {
             ok: 64,
             lost: 63,
-            rtt_sum: 0.0,
+            ..Tally::default()
         };
         let usual = controller.usual_share();
         assert!(usual < 0.2, "{usual}");
@@ -991,10 +1141,30 @@ mod tests {
         let clean = Tally {
             ok: 7,
             lost: 0,
-            rtt_sum: 0.0,
+            ..Tally::default()
         };
         controller.judge(clean, true);
         assert_eq!(controller.floor(), 3);
+    }
+
+    #[test]
+    fn a_queue_cut_is_useless_where_the_round_trip_did_not_follow_the_load() {
+        let cut = QueueCut {
+            before: 40.0,
+            point_before: (2.0, 40.0),
+            after: 20.0,
+            in_slow_start: false,
+        };
+        // A queue: half the requests in flight, half the round trip.
+        assert_eq!(cut.useless((1.0, 20.0)), Some(false));
+        // Answers that vary by nature: the same mean at half the load.
+        assert_eq!(cut.useless((1.9, 20.0)), Some(true));
+        // A batching server: each request in the batch slows the step by a
+        // share, so half the load answers a little sooner but far fewer a
+        // second.
+        assert_eq!(cut.useless((1.7, 20.0)), Some(true));
+        // Too small a fall of the load to tell.
+        assert_eq!(cut.useless((1.5, 36.0)), None);
     }
 
     #[test]
