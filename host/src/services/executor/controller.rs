@@ -484,28 +484,23 @@ impl Controller {
         self.srtt = Some(srtt);
         self.seed_base(rtt);
         // A round trip growing past the no-load one means a queue is
-        // building, and the limit holds while the smoothed one stays up.
-        // In slow start the first such answer (HyStart's delay signal) marks
-        // where the queue began; slow start ends once the smoothed round
-        // trip confirms it. Ended at that one answer, slow start stopped at
-        // a tenth of what a server took whose answers vary in length by
-        // nature, the longest of them past the shortest by half.
+        // building: slow start ends at the first such answer (HyStart's
+        // delay signal), and the limit holds while the smoothed one stays up.
         let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
-        if beyond(rtt) && self.slow_start && self.queue_met.is_none() {
+        if beyond(rtt) && self.slow_start {
+            self.slow_start = false;
+            self.ceiling = self.limit;
             self.queue_met = self.base_rtt.map(|base| {
                 let then = self.limit_at(sent_at);
                 let target = (then * (TOLERANCE * base / rtt).max(MAX_QUEUE_CUT)).max(1.0);
                 (target, now + QUEUE_CONFIRMED_WITHIN * self.window_len())
             });
         }
-        if let Some((target, until)) = self.queue_met {
-            if queue_building && now < until {
+        if queue_building && let Some((target, until)) = self.queue_met.take() {
+            // A queue confirmed long after slow start is not the one it met.
+            if now < until {
                 self.back_to_queue_start(now, target);
-            }
-            // A queue confirmed long after is not the one it met.
-            if queue_building || now >= until {
-                self.queue_met = None;
             }
         }
         if self.queue_cut.is_some() && sent_at >= self.last_change {
@@ -591,8 +586,6 @@ impl Controller {
     /// it was when the first delayed request was sent, shrunk as a queue
     /// cut shrinks it (`target`).
     fn back_to_queue_start(&mut self, now: Instant, target: f64) {
-        self.slow_start = false;
-        self.ceiling = self.limit;
         if target < self.limit {
             let before = self.limit;
             self.limit = target;
@@ -876,7 +869,6 @@ impl Controller {
         if self.limit <= 1.0 && self.pending.is_some() {
             return false;
         }
-        self.queue_met = None;
         // Slow start overshoots by up to its growth of a round trip.
         let share = if self.slow_start {
             MAX_CUT
@@ -956,7 +948,6 @@ impl Controller {
     /// beyond it gives a ratio of `l / c`, so the new limit is `1.5 c`.
     fn cut_for_queue(&mut self, ratio: f64) {
         self.slow_start = false;
-        self.queue_met = None;
         self.limit = (self.limit * (TOLERANCE / ratio).max(MAX_QUEUE_CUT)).max(1.0);
         self.floor = self.floor.min((self.limit * FLOOR_SHARE).floor().max(1.0));
         // Growth probes slowly from here rather than heading back.
