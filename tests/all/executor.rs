@@ -89,6 +89,55 @@ async fn adapts_to_a_capacity_it_is_not_told() {
     assert!(summary.contains("capacity errors"), "{summary}");
 }
 
+/// A model's answers vary in length, and their round trips with them,
+/// whatever the load: here from 150 to 450 ms. Measured against the shortest
+/// of the first answers, a window's mean looked like a queue, and cut after
+/// cut held the limit at one or two slots for 15 s (184 requests sent with
+/// fewer than eight in flight) before it grew back to 128.
+#[tokio::test]
+async fn round_trips_that_vary_whatever_the_load_are_not_taken_for_a_queue() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(300),
+        latency_spread: 1.0,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(&server, 2000, "pool_size: 128", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 2000);
+    let mut served = server.served();
+    served.sort_by_key(|s| s.at);
+    let in_flight_at = |at: Duration| {
+        served
+            .iter()
+            .filter(|s| s.at <= at && s.at + s.held > at)
+            .count()
+    };
+    // Past slow start's first requests and before the last 128, which end
+    // the run with fewer and fewer in flight.
+    let starved = served[20..served.len() - 128]
+        .iter()
+        .filter(|s| in_flight_at(s.at) < 8)
+        .count();
+    assert!(
+        starved <= 40,
+        "{starved} requests sent with fewer than 8 in flight; {summary}"
+    );
+    let peak = server.peak_in_flight();
+    assert!(peak >= 64, "at most {peak} in flight at once; {summary}");
+    let limit: usize = summary
+        .split("concurrency limit ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no limit in the summary: {summary}"));
+    assert!(
+        limit >= 32,
+        "the run ended at a limit of {limit}; {summary}"
+    );
+}
+
 #[tokio::test]
 async fn retry_after_is_honoured() {
     let server = TestLlmServer::start(Script {

@@ -72,6 +72,10 @@ pub enum Fault {
 pub struct Script {
     pub reply: Reply,
     pub latency: Duration,
+    /// Each answer takes from `1 - spread / 2` to `1 + spread / 2` times
+    /// `latency`, by a hash of its sequence number, whatever the load, as a
+    /// model's answers of different lengths do (0: all alike).
+    pub latency_spread: f64,
     /// Requests beyond this many at once get 429 with `Retry-After`.
     pub capacity: Option<usize>,
     /// (time since start, capacity): the capacity changes at each time given.
@@ -165,6 +169,7 @@ impl Default for Script {
         Self {
             reply: Reply::Echo,
             latency: Duration::ZERO,
+            latency_spread: 0.0,
             capacity: None,
             capacity_steps: Vec::new(),
             requests_per_minute: None,
@@ -244,6 +249,7 @@ const BURST_WINDOW_SEED: u64 = 0x6275_7273_7477_696e;
 const BURST_REQUEST_SEED: u64 = 0x6275_7273_7472_6571;
 const HANG_SEED: u64 = 0x6861_6e67_6c65_6e67;
 const SLOW_SEED: u64 = 0x736c_6f77_616e_7377;
+const SPREAD_SEED: u64 = 0x7370_7265_6164_0001;
 
 /// One request as the server saw it: the ground truth tests compare against.
 #[derive(Debug, Clone)]
@@ -845,7 +851,11 @@ async fn answer(
         let latency = match (&script.slow_marker, script.slow) {
             (Some((marker, slow)), _) if user_message.contains(marker.as_str()) => *slow,
             (_, Some((share, slow))) if roll(mix(sequence ^ SLOW_SEED)) < share => slow,
-            _ => script.latency,
+            _ => {
+                let spread = script.latency_spread;
+                let scale = 1.0 - spread / 2.0 + spread * roll(mix(sequence ^ SPREAD_SEED));
+                script.latency.mul_f64(scale.max(0.0))
+            }
         };
         tokio::time::sleep(latency).await;
     }

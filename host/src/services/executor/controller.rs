@@ -185,6 +185,18 @@ struct QueueCut {
 }
 
 impl QueueCut {
+    /// A round trip's answers at the limit cut to: the round trips of a
+    /// model's answers spread so that the mean of eight strays by a tenth.
+    /// Four after a cut of more than half, which at one or two slots would
+    /// otherwise take many round trips.
+    fn answers_needed(&self) -> u32 {
+        if self.after < self.before * (1.0 - MAX_CUT) {
+            MIN_JUDGED_COLLAPSED
+        } else {
+            MIN_JUDGED.max(self.after as u32)
+        }
+    }
+
     /// Whether the answers since the cut, their mean round trip and requests
     /// in flight (`point_after`), say the round trip is not the load's.
     /// Against a queue it falls as the requests in flight fall (in
@@ -255,6 +267,11 @@ pub struct Controller {
     /// The limit before the last cut: where BIC growth heads.
     ceiling: f64,
     srtt: Option<f64>,
+    /// The round trip of the latest answers and the requests in flight at
+    /// their sends, smoothed as `srtt` is but without its bound on each
+    /// answer, which would hold the round trip back while the requests in
+    /// flight rise unbounded.
+    recent_point: Option<(f64, f64)>,
     base_rtt: Option<f64>,
     /// The first answers: how many, and their shortest round trip, until
     /// they seed the no-load estimate.
@@ -313,6 +330,7 @@ impl Controller {
             slow_start: true,
             ceiling: max,
             srtt: None,
+            recent_point: None,
             base_rtt: None,
             seed: (0, 0.0),
             usual_loss: 0.0,
@@ -481,6 +499,11 @@ impl Controller {
             Some(avg) => avg + RTT_WEIGHT * (rtt.min(OUTLIER * avg) - avg),
             None => rtt,
         };
+        let n = in_flight as f64;
+        self.recent_point = Some(match self.recent_point {
+            Some((r, m)) => (r + RTT_WEIGHT * (rtt - r), m + RTT_WEIGHT * (n - m)),
+            None => (rtt, n),
+        });
         self.srtt = Some(srtt);
         self.seed_base(rtt);
         // A round trip growing past the no-load one means a queue is
@@ -522,16 +545,8 @@ impl Controller {
         let Some(cut) = &self.queue_cut else {
             return;
         };
-        // A round trip's answers at the limit cut to: the round trips of a
-        // model's answers spread so that the mean of eight strays by a
-        // tenth.
-        let needed = if cut.after < cut.before * (1.0 - MAX_CUT) {
-            MIN_JUDGED_COLLAPSED
-        } else {
-            MIN_JUDGED.max(cut.after as u32)
-        };
         let after = self.since_queue_cut;
-        let Some(point_after) = after.point().filter(|_| after.ok >= needed) else {
+        let Some(point_after) = after.point().filter(|_| after.ok >= cut.answers_needed()) else {
             return;
         };
         match cut.useless(point_after) {
@@ -562,8 +577,8 @@ impl Controller {
         in_slow_start: bool,
     ) {
         match (&mut self.queue_cut, point_before) {
-            // The limit grew past it since: no longer what is judged.
             (Some(cut), _) if before <= cut.before => cut.after = self.limit,
+            // The limit grew past it since: no longer what is judged.
             (_, Some(point_before)) => {
                 self.queue_cut = Some(QueueCut {
                     before,
@@ -575,6 +590,16 @@ impl Controller {
             (_, None) => self.queue_cut = None,
         }
         self.since_queue_cut = Tally::default();
+    }
+
+    /// Whether the pending queue cut still waits for the answers that judge
+    /// it. No window cuts for a queue meanwhile: a cut each window started
+    /// its judgement over each time, and a limit of one or two that the
+    /// answers' spread had set off held for seconds.
+    fn queue_cut_judging(&self) -> bool {
+        self.queue_cut
+            .as_ref()
+            .is_some_and(|cut| self.since_queue_cut.ok < cut.answers_needed())
     }
 
     /// Slow start grew the limit for a round trip after the queue began:
@@ -590,8 +615,14 @@ impl Controller {
             let before = self.limit;
             self.limit = target;
             self.ceiling = target;
+            // The answers of the window under way, or where it holds too
+            // few to say anything, those the smoothed round trip weighs
+            // most: a cut left unjudged held a limit of two for seconds.
             let window = self.window.tally;
-            let point = window.point().filter(|_| window.ok >= MIN_JUDGED_COLLAPSED);
+            let point = match window.ok >= MIN_JUDGED_COLLAPSED {
+                true => window.point(),
+                false => self.recent_point,
+            };
             self.queue_cut_made(before, point, true);
             self.changed(now);
         }
@@ -743,6 +774,9 @@ impl Controller {
             }
         }
         if let Some(ratio) = queueing {
+            if self.queue_cut_judging() {
+                return false;
+            }
             let (before, in_slow_start) = (self.limit, self.slow_start);
             self.cut_for_queue(ratio);
             self.queue_cut_made(before, t.point(), in_slow_start);

@@ -220,15 +220,14 @@ impl Sim {
                         batch.decoding.push(request);
                     }
                 }
+                // Nothing decoding once the queue was taken in: nothing left.
                 let size = batch.decoding.len();
-                if size == 0 && batch.queued.is_empty() {
-                    batch.stepping = false;
-                }
+                batch.stepping = size > 0;
                 drop(batch);
                 self.queue_changed(-joined);
                 size
             };
-            if size == 0 && !self.batch.borrow().stepping {
+            if size == 0 {
                 return;
             }
             tokio::time::sleep(step + per_request * size as u32).await;

@@ -23,6 +23,11 @@ struct Args {
     reply: String,
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
+    /// Each answer takes from 1 - F/2 to 1 + F/2 times `--latency-ms`
+    /// whatever the load, as a model's answers of different lengths do
+    /// (1: from half to one and a half times).
+    #[arg(long, default_value_t = 0.0)]
+    latency_spread: f64,
     /// Answer 429 beyond this many requests at once.
     #[arg(long)]
     capacity: Option<usize>,
@@ -110,9 +115,14 @@ async fn main() -> anyhow::Result<()> {
             schedule: args.burst_schedule,
             ..bursts
         });
+    anyhow::ensure!(
+        (0.0..=2.0).contains(&args.latency_spread),
+        "--latency-spread must be from 0 to 2"
+    );
     let script = Script {
         reply,
         latency,
+        latency_spread: args.latency_spread,
         capacity: args.capacity,
         retry_after_seconds: args.retry_after.or(base.retry_after_seconds),
         serve_at_once: args.serve_at_once,
