@@ -578,7 +578,8 @@ impl Controller {
     ) {
         match (&mut self.queue_cut, point_before) {
             (Some(cut), _) if before <= cut.before => cut.after = self.limit,
-            // The limit grew past it since: no longer what is judged.
+            // None pending, or the limit grew past it since, which is then
+            // no longer what is judged.
             (_, Some(point_before)) => {
                 self.queue_cut = Some(QueueCut {
                     before,
