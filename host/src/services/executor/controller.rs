@@ -125,9 +125,9 @@ const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
 /// teach a queue's round trip as the no-load one.
 const QUEUE_JUDGED_BELOW: f64 = 0.75;
 /// A queue cut whose round trip fell by less than this share of the fall
-/// of the requests in flight (on a log scale) is undone: below a half, the
-/// cut lost more than a third of the answers a second that halving the
-/// load would (a queue loses none).
+/// of the requests in flight (on a log scale) is undone: below a half,
+/// halving the requests in flight loses more than 29 % of the answers a
+/// second (against a queue it loses none).
 const QUEUE_ELASTICITY: f64 = 0.5;
 
 /// What one finished attempt tells the controller.
@@ -154,6 +154,14 @@ struct Tally {
 }
 
 impl Tally {
+    /// Counts a successful answer: its round trip, at most `OUTLIER` times
+    /// the smoothed one `srtt`, and the requests in flight at its send.
+    fn answered(&mut self, rtt: f64, in_flight: usize, srtt: f64) {
+        self.ok += 1;
+        self.rtt_sum += rtt.min(OUTLIER * srtt);
+        self.in_flight_sum += in_flight as f64;
+    }
+
     /// The mean round trip of the answers, and the mean requests in flight
     /// at their sends.
     fn point(&self) -> Option<(f64, f64)> {
@@ -527,9 +535,7 @@ impl Controller {
             }
         }
         if self.queue_cut.is_some() && sent_at >= self.last_change {
-            self.since_queue_cut.ok += 1;
-            self.since_queue_cut.rtt_sum += rtt.min(OUTLIER * srtt);
-            self.since_queue_cut.in_flight_sum += in_flight as f64;
+            self.since_queue_cut.answered(rtt, in_flight, srtt);
             self.judge_queue_cut(now);
         }
         if self.last_saturated >= sent_at && !queue_building {
@@ -690,14 +696,11 @@ impl Controller {
             &mut self.next
         };
         match signal {
-            Signal::Success => {
-                tally.ok += 1;
-                tally.rtt_sum += now
-                    .saturating_duration_since(sent_at)
-                    .as_secs_f64()
-                    .min(OUTLIER * srtt);
-                tally.in_flight_sum += in_flight as f64;
-            }
+            Signal::Success => tally.answered(
+                now.saturating_duration_since(sent_at).as_secs_f64(),
+                in_flight,
+                srtt,
+            ),
             Signal::Overload => tally.lost += 1,
             Signal::Neutral => {}
         }
