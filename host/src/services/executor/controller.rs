@@ -29,7 +29,10 @@
 //!   after such a cut say whether the round trip fell with the requests in
 //!   flight: where it did not, the round trip was not a queue's (answers
 //!   that vary in length, a server that batches), the cut is undone and
-//!   their round trip becomes the no-load estimate.
+//!   their round trip becomes the no-load estimate. Before a cut, the
+//!   answers at a lower load, kept by band of requests in flight, say the
+//!   same: a round trip that rose far less than the load since is no queue,
+//!   and neither is, in slow start, an answer within their spread.
 //! - Growth after slow start follows TCP BIC: half the distance back to what
 //!   the limit of the last cut served per round trip, then slow probing
 //!   beyond it that doubles every round trip.
@@ -129,6 +132,13 @@ const QUEUE_JUDGED_BELOW: f64 = 0.75;
 /// halving the requests in flight loses more than 29 % of the answers a
 /// second (against a queue it loses none).
 const QUEUE_ELASTICITY: f64 = 0.5;
+/// A band of requests in flight answered within this many round trips
+/// still says what a lower load's round trip is.
+const BAND_FRESH_ROUND_TRIPS: u32 = 16;
+/// Nor is a lower load compared against below this share of the load now:
+/// between a load below a queue's start and one above it, the round trip
+/// rises less than in proportion.
+const LOWER_LOAD_AT_LEAST: f64 = 1.0 / 3.0;
 
 /// What one finished attempt tells the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +159,8 @@ struct Tally {
     /// completion, a server's hiccup) would otherwise raise the mean of a
     /// small window past `TOLERANCE` on their own.
     rtt_sum: f64,
+    /// Their squares, for their spread.
+    rtt_sq_sum: f64,
     /// The requests in flight at the sends of those answers.
     in_flight_sum: f64,
 }
@@ -158,7 +170,9 @@ impl Tally {
     /// the smoothed one `srtt`, and the requests in flight at its send.
     fn answered(&mut self, rtt: f64, in_flight: usize, srtt: f64) {
         self.ok += 1;
-        self.rtt_sum += rtt.min(OUTLIER * srtt);
+        let rtt = rtt.min(OUTLIER * srtt);
+        self.rtt_sum += rtt;
+        self.rtt_sq_sum += rtt * rtt;
         self.in_flight_sum += in_flight as f64;
     }
 
@@ -168,6 +182,43 @@ impl Tally {
         let n = f64::from(self.ok);
         (self.ok > 0).then(|| (self.rtt_sum / n, self.in_flight_sum / n))
     }
+
+    /// The mean round trip of the answers and their standard deviation.
+    fn rtt_spread(&self) -> Option<(f64, f64)> {
+        let n = f64::from(self.ok);
+        if n < 2.0 || self.rtt_sum <= 0.0 {
+            return None;
+        }
+        let mean = self.rtt_sum / n;
+        let variance = (self.rtt_sq_sum / n - mean * mean).max(0.0) * n / (n - 1.0);
+        Some((mean, variance.sqrt()))
+    }
+
+    /// The standard error of the log of the mean round trip: how far the
+    /// mean of these few answers may stray from that of many.
+    fn log_rtt_error(&self) -> f64 {
+        self.rtt_spread().map_or(f64::INFINITY, |(mean, sd)| {
+            sd / (mean * f64::from(self.ok).sqrt())
+        })
+    }
+
+    /// Keeps half the answers, their means as they were.
+    fn halve(&mut self) {
+        let kept = f64::from(self.ok / 2) / f64::from(self.ok.max(1));
+        self.rtt_sum *= kept;
+        self.rtt_sq_sum *= kept;
+        self.in_flight_sum *= kept;
+        self.ok /= 2;
+        self.lost /= 2;
+    }
+}
+
+/// How the round trip rose from a lower load `low` to a higher one `high`
+/// (each a mean round trip and the requests in flight), against the load,
+/// both on a log scale: 1 for a queue, whose round trip follows the load in
+/// proportion; near 0 where the round trip is the answers' own.
+fn elasticity(low: (f64, f64), high: (f64, f64)) -> f64 {
+    (high.0 / low.0).ln() / (high.1 / low.1).ln()
 }
 
 struct Window {
@@ -213,12 +264,11 @@ impl QueueCut {
     /// serves more at once, each a little slower, made it. `None` when the
     /// requests in flight fell too little to tell from noise.
     fn useless(&self, point_after: (f64, f64)) -> Option<bool> {
-        let ((rtt_before, n_before), (rtt_after, n_after)) = (self.point_before, point_after);
-        if n_after > QUEUE_JUDGED_BELOW * n_before || rtt_after <= 0.0 {
+        let (rtt_after, n_after) = point_after;
+        if n_after > QUEUE_JUDGED_BELOW * self.point_before.1 || rtt_after <= 0.0 {
             return None;
         }
-        let elasticity = (rtt_before / rtt_after).ln() / (n_before / n_after).ln();
-        Some(elasticity < QUEUE_ELASTICITY)
+        Some(elasticity(point_after, self.point_before) < QUEUE_ELASTICITY)
     }
 }
 
@@ -319,8 +369,11 @@ pub struct Controller {
     /// Answers by the requests in flight when theirs was sent, in bands of
     /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
     /// the endpoint refuses whatever the load (`usual_share`), and whether
-    /// slow start's refusals came from above a cut (`mostly_answered_up_to`).
+    /// slow start's refusals came from above a cut (`mostly_answered_up_to`),
+    /// and the round trip at lower loads (`not_a_queue`).
     by_band: [Tally; BANDS],
+    /// When each band was last answered.
+    band_answered: [Option<Instant>; BANDS],
     peak: f64,
     changes: Vec<(Duration, u32)>,
     started: Instant,
@@ -362,6 +415,7 @@ impl Controller {
             queue_met: None,
             served_full_window: false,
             by_band: [Tally::default(); BANDS],
+            band_answered: [None; BANDS],
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             started: now,
@@ -470,7 +524,7 @@ impl Controller {
                 self.ceiling = self.ceiling.min(served);
             }
         }
-        self.count_in_band(in_flight, signal);
+        self.count_in_band(now, sent_at, in_flight, signal);
         self.tally(sent_at, in_flight, signal, now);
         // Losses are acted on at once, as the first answers that show them
         // come back (a refusal is quick): waiting for the window would let
@@ -519,7 +573,7 @@ impl Controller {
         // delay signal), and the limit holds while the smoothed one stays up.
         let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
-        if beyond(rtt) && self.slow_start {
+        if beyond(rtt) && self.slow_start && !self.within_lower_spread(rtt, n, now) {
             self.slow_start = false;
             self.ceiling = self.limit;
             self.queue_met = self.base_rtt.map(|base| {
@@ -619,9 +673,6 @@ impl Controller {
     /// cut shrinks it (`target`).
     fn back_to_queue_start(&mut self, now: Instant, target: f64) {
         if target < self.limit {
-            let before = self.limit;
-            self.limit = target;
-            self.ceiling = target;
             // The answers of the window under way, or where it holds too
             // few to say anything, those the smoothed round trip weighs
             // most: a cut left unjudged held a limit of two for seconds.
@@ -630,6 +681,16 @@ impl Controller {
                 true => window.point(),
                 false => self.recent_point,
             };
+            // Too few answers in the window say nothing of their spread,
+            // and the cut is made.
+            if let Some(lower) = self.not_a_queue(window, now) {
+                self.base_rtt = self.base_rtt.map(|base| base.max(lower));
+                self.slow_start = self.pending.is_none();
+                return;
+            }
+            let before = self.limit;
+            self.limit = target;
+            self.ceiling = target;
             self.queue_cut_made(before, point, true);
             self.changed(now);
         }
@@ -713,7 +774,7 @@ impl Controller {
         let next = std::mem::take(&mut self.next);
         self.served_full_window |= saturated && tally.lost == 0 && tally.ok > 0;
         // A window sent (in part) before the last change says nothing of it.
-        if self.window.start >= self.last_change && self.judge(tally, saturated) {
+        if self.window.start >= self.last_change && self.judge(tally, saturated, now) {
             self.changed(now);
         }
         // The usual share rises only on proof (an undone cut), since load
@@ -748,7 +809,7 @@ impl Controller {
     }
 
     /// Whether the window changed the limit.
-    fn judge(&mut self, t: Tally, saturated: bool) -> bool {
+    fn judge(&mut self, t: Tally, saturated: bool, now: Instant) -> bool {
         let n = t.ok + t.lost;
         if n == 0 {
             return false;
@@ -779,6 +840,10 @@ impl Controller {
         }
         if let Some(ratio) = queueing {
             if self.queue_cut_judging() {
+                return false;
+            }
+            if let Some(lower) = self.not_a_queue(t, now) {
+                self.base_rtt = self.base_rtt.map(|base| base.max(lower));
                 return false;
             }
             let (before, in_slow_start) = (self.limit, self.slow_start);
@@ -826,14 +891,76 @@ impl Controller {
     }
 
     /// Counts an answer in the band of the requests in flight at its send.
-    fn count_in_band(&mut self, in_flight: usize, signal: Signal) {
-        let band = (in_flight.max(1).ilog2() as usize).min(BANDS - 1);
+    fn count_in_band(&mut self, now: Instant, sent_at: Instant, in_flight: usize, signal: Signal) {
+        let band = band_of(in_flight as f64);
+        let srtt = self.srtt.unwrap_or(f64::INFINITY);
         let tally = &mut self.by_band[band];
-        count(tally, signal);
-        if tally.ok + tally.lost >= BAND_MEMORY {
-            tally.ok /= 2;
-            tally.lost /= 2;
+        match signal {
+            Signal::Success => {
+                let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
+                tally.answered(rtt, in_flight, srtt);
+                self.band_answered[band] = Some(now);
+            }
+            _ => count(tally, signal),
         }
+        if tally.ok + tally.lost >= BAND_MEMORY {
+            tally.halve();
+        }
+    }
+
+    /// The answers at the nearest lower load lately answered, at least
+    /// `answers` of them: the band of requests in flight below `in_flight`
+    /// whose mean is at most `QUEUE_JUDGED_BELOW` of it and at least
+    /// `LOWER_LOAD_AT_LEAST`, answered within `BAND_FRESH_ROUND_TRIPS`.
+    fn lower_load(&self, in_flight: f64, answers: u32, now: Instant) -> Option<Tally> {
+        let fresh_for = BAND_FRESH_ROUND_TRIPS * self.window_len();
+        let lower = (0..band_of(in_flight))
+            .rev()
+            .filter(|&band| {
+                self.band_answered[band]
+                    .is_some_and(|answered| now.saturating_duration_since(answered) < fresh_for)
+            })
+            .map(|band| self.by_band[band])
+            .filter(|tally| tally.ok >= answers)
+            .find(|tally| {
+                tally
+                    .point()
+                    .is_some_and(|p| p.1 <= QUEUE_JUDGED_BELOW * in_flight)
+            })?;
+        let (rtt, n) = lower.point()?;
+        (n >= LOWER_LOAD_AT_LEAST * in_flight && rtt > 0.0).then_some(lower)
+    }
+
+    /// Whether a round trip of `rtt`, sent with `in_flight` requests on the
+    /// wire, lies within the spread of the answers at a lower load (their
+    /// mean and two standard deviations): slow by nature, as a long
+    /// completion is, rather than delayed by a queue. Slow start ended at
+    /// the first answer past half again the shortest of the first four,
+    /// which answers that vary in length pass at any load.
+    fn within_lower_spread(&self, rtt: f64, in_flight: f64, now: Instant) -> bool {
+        self.lower_load(in_flight, MIN_JUDGED_COLLAPSED, now)
+            .and_then(|lower| lower.rtt_spread())
+            .is_some_and(|(mean, sd)| rtt <= mean + 2.0 * sd)
+    }
+
+    /// Whether the answers `at`, whose round trip looks queued, rose with
+    /// the load less than a queue's would (`QUEUE_ELASTICITY`) since a lower
+    /// load lately answered (`lower_load`); if so, the lesser of the two
+    /// mean round trips, the no-load estimate from then on. A server that
+    /// batches slows every answer a little as it takes more, and answers
+    /// that vary in length spread the round trip whatever the load: cut as
+    /// for a queue, a batching server was held near half its batch, each
+    /// cut too small for its answers to judge. The rise is counted
+    /// generously, two standard errors of either mean above what they show:
+    /// a queue whose answers vary in length, its rise taken at face value,
+    /// was often found no queue, and held twice the queue it otherwise did.
+    fn not_a_queue(&self, at: Tally, now: Instant) -> Option<f64> {
+        let point = at.point()?;
+        let lower = self.lower_load(point.1, MIN_JUDGED_COLLAPSED, now)?;
+        let low = lower.point()?;
+        let spread = 2.0 * at.log_rtt_error().hypot(lower.log_rtt_error());
+        let rise = (point.0 / low.0).ln() + spread;
+        (rise / (point.1 / low.1).ln() < QUEUE_ELASTICITY).then_some(low.0.min(point.0))
     }
 
     /// The share of attempts refused whatever the load: what an undone cut
@@ -1042,6 +1169,11 @@ fn upper_bound(lost: u32, n: u32) -> f64 {
     ((p + Z2 / (2.0 * n) + 2.0 * spread) / (1.0 + Z2 / n)).min(1.0)
 }
 
+/// The band of a load of `in_flight` requests: powers of two.
+fn band_of(in_flight: f64) -> usize {
+    ((in_flight.max(1.0) as usize).ilog2() as usize).min(BANDS - 1)
+}
+
 /// Whether a round trip of `rtt` says requests wait in the server's queue.
 fn queued(rtt: f64, base: f64) -> bool {
     rtt > (TOLERANCE * base).max(base + RTT_NOISE)
@@ -1172,7 +1304,7 @@ mod tests {
             lost: 0,
             ..Tally::default()
         };
-        controller.judge(clean, true);
+        controller.judge(clean, true, start);
         assert_eq!(controller.floor(), 3);
     }
 
@@ -1194,6 +1326,55 @@ mod tests {
         assert_eq!(cut.useless((1.7, 20.0)), Some(true));
         // Too small a fall of the load to tell.
         assert_eq!(cut.useless((1.5, 36.0)), None);
+    }
+
+    /// A controller whose answers at 8 to 15 in flight (at 10) took
+    /// `rtts`, just now.
+    fn answered_at_ten(rtts: &[f64], now: Instant) -> Controller {
+        let mut controller = Controller::new(4, 256, now);
+        for &rtt in rtts {
+            controller.by_band[3].answered(rtt, 10, f64::INFINITY);
+        }
+        controller.band_answered[3] = Some(now);
+        controller
+    }
+
+    fn at_twenty(rtts: &[f64]) -> Tally {
+        let mut tally = Tally::default();
+        for &rtt in rtts {
+            tally.answered(rtt, 20, f64::INFINITY);
+        }
+        tally
+    }
+
+    #[test]
+    fn a_round_trip_that_rose_far_less_than_the_load_is_not_a_queue() {
+        let now = Instant::now();
+        let controller = answered_at_ten(&[1.0; 16], now);
+        // A server that batches: twice the load, each answer 15 % slower.
+        assert_eq!(
+            controller.not_a_queue(at_twenty(&[1.15; 16]), now),
+            Some(1.0)
+        );
+        // A queue: twice the load, twice the round trip.
+        assert_eq!(controller.not_a_queue(at_twenty(&[2.0; 16]), now), None);
+        // Four answers from half to twice the mean rise as little, but their
+        // spread could hide a queue's rise.
+        let spread = at_twenty(&[0.5, 0.8, 1.3, 2.0]);
+        assert_eq!(controller.not_a_queue(spread, now), None);
+        // A lower load answered long ago says nothing of the server now.
+        let later = now + 20 * WINDOW_WITHOUT_RTT;
+        assert_eq!(controller.not_a_queue(at_twenty(&[1.15; 16]), later), None);
+    }
+
+    #[test]
+    fn an_answer_within_the_spread_at_a_lower_load_is_slow_by_nature() {
+        let now = Instant::now();
+        let varied = answered_at_ten(&[0.5, 0.75, 1.0, 1.25, 1.5, 0.6, 1.4, 1.0], now);
+        assert!(varied.within_lower_spread(1.5, 20.0, now));
+        assert!(!varied.within_lower_spread(2.5, 20.0, now));
+        let even = answered_at_ten(&[1.0; 8], now);
+        assert!(!even.within_lower_spread(1.5, 20.0, now), "a queue's");
     }
 
     #[test]

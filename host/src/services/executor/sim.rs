@@ -611,9 +611,10 @@ async fn one_at_a_time(varied: bool) {
 /// every request, whose steps do not slow). Their mean is half again the
 /// shortest of the first answers, the no-load estimate: taken for a queue,
 /// it cut the limit window after window down to one, and 3,000 rows took 139
-/// times as long as at the best fixed concurrency. Slow start still ends at
-/// the first answer past half again that estimate, and growth after it
-/// takes some round trips to reach the 256 rows at once.
+/// times as long as at the best fixed concurrency; then 2.03 times, slow
+/// start ending at the first answer past half again that estimate and
+/// growth after it probing up a slot at a time. An answer within the spread
+/// of those at a lower load no longer ends slow start.
 #[tokio::test(start_paused = true)]
 async fn answers_that_vary_in_length_are_not_taken_for_a_queue() {
     let server = Server::Batching {
@@ -627,7 +628,7 @@ async fn answers_that_vary_in_length_are_not_taken_for_a_queue() {
     assert_eq!(adaptive.ok, rows);
     let ratio = ratio_to_best_fixed("answers of varied length", adaptive, best);
     assert!(
-        ratio <= 2.5,
+        ratio <= 1.6,
         "adaptive took {ratio:.2} times the best fixed"
     );
 }
@@ -638,9 +639,10 @@ async fn answers_that_vary_in_length_are_not_taken_for_a_queue() {
 /// second; 128 at once take 2.3 times as long each and answer 55 a second;
 /// beyond 128 they queue. Its round trip grows with the load although more
 /// at once serve more: the limit was cut to one or two, and 3,000 rows
-/// took 36 times as long as at the best fixed concurrency. It now settles
-/// near half the batch, where the round trip is half again the one learned
-/// at a lower load.
+/// took 36 times as long as at the best fixed concurrency; then 1.91 times,
+/// the limit settling near half the batch, where the round trip is half
+/// again the one learned at a lower load. A round trip that rose far less
+/// than the load since a lower one is no longer cut for.
 #[tokio::test(start_paused = true)]
 async fn a_batching_server_is_not_cut_to_a_few_slots() {
     let server = Server::Batching {
@@ -655,7 +657,7 @@ async fn a_batching_server_is_not_cut_to_a_few_slots() {
     assert_eq!(adaptive.ok, rows);
     let ratio = ratio_to_best_fixed("batching", adaptive, best);
     assert!(
-        ratio <= 2.0,
+        ratio <= 1.3,
         "adaptive took {ratio:.2} times the best fixed"
     );
 }
