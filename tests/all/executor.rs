@@ -6,7 +6,7 @@ use crate::common::*;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use weir_test_llm_server::{Fault, Script, TestLlmServer};
+use weir_test_llm_server::{Fault, Script, TestLlmServer, time_weighted_mean};
 
 /// Runs a one-node pipeline over `rows` numbered rows; returns the output
 /// (JSON Lines) and weir's exit status and stderr.
@@ -136,6 +136,33 @@ async fn round_trips_that_vary_whatever_the_load_are_not_taken_for_a_queue() {
         limit >= 32,
         "the run ended at a limit of {limit}; {summary}"
     );
+}
+
+/// A continuous-batching server (vLLM, TGI, SGLang) serving up to 128 at
+/// once, each answer 1 % slower for every other one in the batch (answers
+/// of 250–750 ms alone): 128 at once take 2.27 times as long each and
+/// answer 56 times as many a second. Its round trip at 48 in flight is half
+/// again the one at a few, which the limit took for a queue: it stayed near
+/// 48 (at most 46, 48 and 61 in flight in three runs, 38–42 s for these
+/// rows where 128 at once take 18.6 s).
+#[tokio::test]
+async fn a_batching_server_is_not_held_near_half_its_batch() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(500),
+        latency_spread: 1.0,
+        serve_at_once: Some(128),
+        batch_slowdown: 0.01,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(&server, 2000, "pool_size: 256", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 2000);
+    let peak = server.peak_in_flight();
+    assert!(peak >= 112, "at most {peak} in flight at once; {summary}");
+    let queue = time_weighted_mean(&server.queue_changes(), Duration::ZERO, server.elapsed());
+    assert!(queue <= 64.0, "a mean queue of {queue:.1}; {summary}");
 }
 
 #[tokio::test]

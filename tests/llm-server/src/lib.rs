@@ -124,6 +124,12 @@ pub struct Script {
     /// Serves this many requests at once and queues the rest, first come,
     /// first served, instead of refusing them (llama.cpp, vLLM, Ollama).
     pub serve_at_once: Option<usize>,
+    /// Under `serve_at_once`: each answer takes this share of its latency
+    /// more for every other request served with it, as a continuous-batching
+    /// server (vLLM, TGI, SGLang) decodes every sequence of its batch each
+    /// step, each step a little slower the larger the batch. Weighed over
+    /// ten stretches of the answer, as the batch changes.
+    pub batch_slowdown: f64,
     /// Every n-th request (1-based count) is answered with this status instead.
     pub fail_every: Option<(u64, u16)>,
     /// The `Retry-After` seconds sent with 429/503 answers.
@@ -187,6 +193,7 @@ impl Default for Script {
             bursts: None,
             slow: None,
             serve_at_once: None,
+            batch_slowdown: 0.0,
             fail_every: None,
             retry_after_seconds: Some(0.0),
             require_key: None,
@@ -656,7 +663,7 @@ async fn answer(
     let since_start = shared.started.elapsed();
     let script = &shared.script;
     // Held until the answer is sent: a queueing server's slot.
-    let (_slot, queued) = match (&shared.queue, arrival) {
+    let (slot, queued) = match (&shared.queue, arrival) {
         (Some(queue), Online) => {
             let (slot, waited) = queue.enter().await;
             (Some(slot), waited)
@@ -857,7 +864,17 @@ async fn answer(
                 script.latency.mul_f64(scale.max(0.0))
             }
         };
-        tokio::time::sleep(latency).await;
+        match (&shared.queue, &slot) {
+            (Some(queue), Some(_)) if script.batch_slowdown > 0.0 => {
+                const STRETCHES: u32 = 10;
+                for _ in 0..STRETCHES {
+                    let others = queue.serving().saturating_sub(1) as f64;
+                    let stretch = latency / STRETCHES;
+                    tokio::time::sleep(stretch.mul_f64(1.0 + script.batch_slowdown * others)).await;
+                }
+            }
+            _ => tokio::time::sleep(latency).await,
+        }
     }
     log(200, None);
     let Chat {

@@ -8,6 +8,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 pub(crate) struct ServingQueue {
     slots: Semaphore,
+    at_once: usize,
     started: Instant,
     log: Mutex<QueueLog>,
     /// Keep every change (see `Script::record`).
@@ -25,6 +26,7 @@ impl ServingQueue {
     pub(crate) fn new(at_once: usize, started: Instant, record: bool) -> Self {
         Self {
             slots: Semaphore::new(at_once),
+            at_once,
             started,
             log: Mutex::new(QueueLog::default()),
             record,
@@ -44,6 +46,11 @@ impl ServingQueue {
             .await
             .expect("the queue is never closed");
         (slot, waiting.end())
+    }
+
+    /// Requests being served now.
+    pub(crate) fn serving(&self) -> usize {
+        self.at_once - self.slots.available_permits()
     }
 
     pub(crate) fn changes(&self) -> Vec<(Duration, usize)> {

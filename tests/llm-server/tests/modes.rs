@@ -82,6 +82,38 @@ async fn a_queueing_server_serves_its_slots_and_queues_the_rest_in_turn() {
     assert!((area - waits).abs() < 1e-6, "area {area}, waits {waits}");
 }
 
+#[tokio::test]
+async fn a_batching_server_answers_each_later_the_more_it_serves_at_once() {
+    let latency = Duration::from_millis(200);
+    let server = TestLlmServer::start(Script {
+        latency,
+        serve_at_once: Some(16),
+        batch_slowdown: 0.1,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    assert_eq!(ask(&http, &server, "alone").await, Some((200, None, true)));
+    let prompts: Vec<String> = (0..8).map(|i| format!("row {i}")).collect();
+    let answers = futures::future::join_all(prompts.iter().map(|p| ask(&http, &server, p))).await;
+    assert!(
+        answers.iter().all(|a| a == &Some((200, None, true))),
+        "{answers:?}"
+    );
+    let served = server.served();
+    let alone = &served[0];
+    assert!(alone.held >= latency, "{alone:?}");
+    // Eight at once, none queued: each tenth of an answer is slowed by a
+    // tenth for every other one served then, so with seven others for six
+    // of its ten stretches (the eight arrive within 80 ms) an answer takes
+    // at least 1.42 times the latency.
+    let together = &served[1..];
+    assert!(together.iter().all(|s| s.queued == Duration::ZERO));
+    let slowed = latency.mul_f64(1.4);
+    assert!(together.iter().all(|s| s.held >= slowed), "{together:?}");
+}
+
 #[test]
 fn the_time_weighted_mean_weighs_each_value_by_how_long_it_held() {
     let s = Duration::from_secs;

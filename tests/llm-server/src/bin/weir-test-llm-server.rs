@@ -39,6 +39,12 @@ struct Args {
     /// first served, as llama.cpp, vLLM and Ollama do (never 429).
     #[arg(long)]
     serve_at_once: Option<usize>,
+    /// With `--serve-at-once`: each answer takes this share of
+    /// `--latency-ms` more for every other request served with it, as a
+    /// continuous-batching server (vLLM, TGI, SGLang) slows each step as its
+    /// batch grows (0.01: 128 at once take 2.27 times as long each).
+    #[arg(long, default_value_t = 0.0)]
+    batch_slowdown: f64,
     /// Allow this many requests a minute (a bucket holding 6 seconds'
     /// worth) and answer 429 with `retry-after-ms` beyond, as a provider's
     /// rate limit does; every answer carries `x-ratelimit-*-requests`
@@ -119,6 +125,10 @@ async fn main() -> anyhow::Result<()> {
         (0.0..=2.0).contains(&args.latency_spread),
         "--latency-spread must be from 0 to 2"
     );
+    anyhow::ensure!(
+        args.batch_slowdown >= 0.0 && (args.batch_slowdown == 0.0 || args.serve_at_once.is_some()),
+        "--batch-slowdown must be 0 or more, and goes with --serve-at-once"
+    );
     let script = Script {
         reply,
         latency,
@@ -126,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
         capacity: args.capacity,
         retry_after_seconds: args.retry_after.or(base.retry_after_seconds),
         serve_at_once: args.serve_at_once,
+        batch_slowdown: args.batch_slowdown,
         requests_per_minute: args.requests_per_minute,
         tokens_per_minute: args.tokens_per_minute,
         output_tokens_per_minute: args.output_tokens_per_minute,
