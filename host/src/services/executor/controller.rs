@@ -618,8 +618,7 @@ impl Controller {
                 self.queue_cut = None;
                 self.limit = self.limit.max(before);
                 self.ceiling = self.ceiling.max(before);
-                let rtt_after = point_after.0;
-                self.base_rtt = Some(self.base_rtt.map_or(rtt_after, |b| b.max(rtt_after)));
+                self.raise_no_load(point_after.0);
                 self.slow_start |= in_slow_start && self.pending.is_none();
                 self.changed(now);
             }
@@ -684,7 +683,7 @@ impl Controller {
             // Too few answers in the window say nothing of their spread,
             // and the cut is made.
             if let Some(lower) = self.not_a_queue(window, now) {
-                self.base_rtt = self.base_rtt.map(|base| base.max(lower));
+                self.raise_no_load(lower);
                 self.slow_start = self.pending.is_none();
                 return;
             }
@@ -694,6 +693,12 @@ impl Controller {
             self.queue_cut_made(before, point, true);
             self.changed(now);
         }
+    }
+
+    /// A round trip found not to be a queue's is the no-load one from now
+    /// on, where it is longer than the estimate so far.
+    fn raise_no_load(&mut self, rtt: f64) {
+        self.base_rtt = Some(self.base_rtt.map_or(rtt, |base| base.max(rtt)));
     }
 
     /// The whole-number limit in force at `at`.
@@ -843,7 +848,7 @@ impl Controller {
                 return false;
             }
             if let Some(lower) = self.not_a_queue(t, now) {
-                self.base_rtt = self.base_rtt.map(|base| base.max(lower));
+                self.raise_no_load(lower);
                 return false;
             }
             let (before, in_slow_start) = (self.limit, self.slow_start);
@@ -959,8 +964,8 @@ impl Controller {
         let lower = self.lower_load(point.1, MIN_JUDGED_COLLAPSED, now)?;
         let low = lower.point()?;
         let spread = 2.0 * at.log_rtt_error().hypot(lower.log_rtt_error());
-        let rise = (point.0 / low.0).ln() + spread;
-        (rise / (point.1 / low.1).ln() < QUEUE_ELASTICITY).then_some(low.0.min(point.0))
+        let generous = elasticity(low, point) + spread / (point.1 / low.1).ln();
+        (generous < QUEUE_ELASTICITY).then_some(low.0.min(point.0))
     }
 
     /// The share of attempts refused whatever the load: what an undone cut
