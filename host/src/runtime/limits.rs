@@ -10,7 +10,8 @@ use wasmtime::ResourceLimiter;
 
 /// How often the engine's epoch advances while guest code runs: the
 /// resolution of the CPU limit, and how often a long guest call lets other
-/// rows' tasks run.
+/// rows' tasks run. Where calls have all been short, a long one's first tick
+/// may come a few ticks late (see `ticker`).
 pub const TICK: Duration = Duration::from_millis(10);
 
 /// The limit that stopped a call.

@@ -1,7 +1,10 @@
 //! The engine's epoch, the clock of the guests' CPU limits: advanced every
 //! tick while guest code runs, and left still while none has run for a
 //! while, so that a run waiting on slow answers or a Batch API does not wake
-//! a thread a hundred times a second for hours.
+//! a thread a hundred times a second for hours. Between the two, while calls
+//! come often but end within a tick (the `llm` guest's take a tenth of a
+//! millisecond, a few hundred a second against a capped endpoint), it ticks
+//! a fifth as often until it finds a call under way.
 
 use super::limits::TICK;
 use std::future::Future;
@@ -14,6 +17,16 @@ use std::time::Duration;
 
 /// Ticks with no guest code run before the ticker parks.
 const IDLE_TICKS: u32 = 10;
+
+/// Ticks in a row that found no call under way (calls came and went
+/// between them) before the ticker ticks only every `SPARSE_TICKS` ticks.
+const SHORT_CALL_TICKS: u32 = 10;
+
+/// While calls end within a tick, the ticker sleeps this many ticks at once:
+/// a call that then runs long gets its first tick up to this much late, and
+/// every tick after on time. Its thread woke a hundred times a second through
+/// a run against a capped endpoint, 3 % of the run's CPU.
+const SPARSE_TICKS: u32 = 5;
 
 /// How often a parked ticker looks whether its engine is gone.
 const PARKED_CHECK: Duration = Duration::from_secs(1);
@@ -33,10 +46,27 @@ impl Activity {
         self.running.load(SeqCst) == 0 && !self.entered.load(SeqCst)
     }
 
-    /// Whether guest code ran since the last call, which starts a new period.
-    fn take(&self) -> bool {
-        self.entered.swap(false, SeqCst) || self.running.load(SeqCst) > 0
+    /// What guest code did since the last call, which starts a new period.
+    fn take(&self) -> Since {
+        let entered = self.entered.swap(false, SeqCst);
+        if self.running.load(SeqCst) > 0 {
+            Since::Running
+        } else if entered {
+            Since::CameAndWent
+        } else {
+            Since::Nothing
+        }
     }
+}
+
+/// What guest calls did between two ticks.
+#[derive(PartialEq)]
+enum Since {
+    /// A call is under way as the tick comes.
+    Running,
+    /// Calls ran and ended within the period.
+    CameAndWent,
+    Nothing,
 }
 
 /// The handle guest calls run under; clones share the one ticker thread.
@@ -102,10 +132,41 @@ impl Drop for Entered<'_> {
     }
 }
 
+/// How often to tick, from what guest calls did at the ticks before.
+#[derive(Default)]
+struct Pace {
+    /// Ticks in a row with no guest code run.
+    idle: u32,
+    /// Ticks in a row at which calls had come and gone, none under way.
+    short: u32,
+}
+
+impl Pace {
+    fn after(&mut self, since: Since) {
+        match since {
+            Since::Running => *self = Self::default(),
+            Since::CameAndWent => (self.idle, self.short) = (0, self.short + 1),
+            Since::Nothing => self.idle += 1,
+        }
+    }
+
+    fn parks(&self) -> bool {
+        self.idle >= IDLE_TICKS
+    }
+
+    fn sleep(&self) -> Duration {
+        if self.short >= SHORT_CALL_TICKS {
+            TICK * SPARSE_TICKS
+        } else {
+            TICK
+        }
+    }
+}
+
 fn tick(engine: &wasmtime::EngineWeak, activity: &Activity, check: Duration) {
-    let mut idle = 0;
+    let mut pace = Pace::default();
     loop {
-        if idle >= IDLE_TICKS {
+        if pace.parks() {
             activity.parked.store(true, SeqCst);
             if activity.quiet() {
                 std::thread::park_timeout(check);
@@ -117,14 +178,14 @@ fn tick(engine: &wasmtime::EngineWeak, activity: &Activity, check: Duration) {
             if activity.quiet() {
                 continue;
             }
-            idle = 0;
+            pace = Pace::default();
         }
-        std::thread::sleep(TICK);
+        std::thread::sleep(pace.sleep());
         match engine.upgrade() {
             Some(engine) => engine.increment_epoch(),
             None => return,
         }
-        idle = if activity.take() { 0 } else { idle + 1 };
+        pace.after(activity.take());
     }
 }
 
@@ -166,6 +227,28 @@ mod tests {
             std::thread::sleep(TICK);
         }
         true
+    }
+
+    #[test]
+    fn short_calls_slow_the_ticks_until_one_is_under_way_and_none_park_them() {
+        let mut pace = Pace::default();
+        for _ in 0..SHORT_CALL_TICKS - 1 {
+            pace.after(Since::CameAndWent);
+        }
+        assert_eq!(pace.sleep(), TICK, "a few short calls change nothing");
+        pace.after(Since::CameAndWent);
+        assert_eq!(pace.sleep(), TICK * SPARSE_TICKS);
+        // A pause between calls keeps the slower pace, and does not park.
+        pace.after(Since::Nothing);
+        assert_eq!(pace.sleep(), TICK * SPARSE_TICKS);
+        assert!(!pace.parks());
+        pace.after(Since::Running);
+        assert_eq!(pace.sleep(), TICK, "a call under way is ticked every tick");
+        for _ in 0..IDLE_TICKS {
+            assert!(!pace.parks());
+            pace.after(Since::Nothing);
+        }
+        assert!(pace.parks(), "no guest code ran for {IDLE_TICKS} ticks");
     }
 
     #[test]
