@@ -48,6 +48,27 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             }),
         },
         Scenario {
+            // The capped scenario's pace (32 answers in flight, one every 3
+            // ms) without its refusals or its limit to find: what a row costs
+            // when the work of each answer comes alone, after an idle stretch
+            // that leaves the caches cold, against the same rows at zero
+            // latency above.
+            name: "no limit, 100 ms latency (the capped pace, nothing refused)",
+            rows: 10_000,
+            script: Script {
+                latency,
+                ..Script::default()
+            },
+            endpoint: "pool_size: 32\nadaptive_concurrency: false",
+            capacity_slots: None,
+            steps: vec![],
+            peers: Some(Peers {
+                concurrency: 32,
+                weir: "pool_size 32",
+                told: "semaphore 32",
+            }),
+        },
+        Scenario {
             name: "capacity 32 (not told), 100 ms latency, 429 + Retry-After 1 s beyond",
             rows: 10_000,
             script: Script {
