@@ -1181,6 +1181,47 @@ async fn a_whole_capped_run_is_served_near_capacity() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn capped_servers_of_every_size_and_speed_are_used_near_capacity() {
+    // Caps from 2 to 200, answers in 20 ms to 2 s, `cap * 60` rows: the
+    // adaptive limit against a client told the cap. At 20 ms a run lasts
+    // 1.4 s, and a row refused while the limit finds the cap waits out its
+    // 1 s Retry-After, so only the calls are bounded there.
+    for cap in [2usize, 8, 32, 128, 200] {
+        for ms in [20u64, 300, 2000] {
+            let server = Server::Capped {
+                cap,
+                latency: Duration::from_millis(ms),
+            };
+            let over_wire = || {
+                Sim::over_wire(
+                    server.clone(),
+                    Duration::from_micros(1500),
+                    Some(Duration::from_secs(1)),
+                )
+            };
+            let rows = (cap * 60).max(200);
+            let told = run_rows(&over_wire(), Concurrency::Fixed(cap), rows).await;
+            let sim = over_wire();
+            let run = run_rows(&sim, Concurrency::Adaptive, rows).await;
+            let (ratio, calls) = (run.seconds / told.seconds, sim.calls_per_success());
+            eprintln!(
+                "capped at {cap}, {ms} ms, {rows} rows: {:.2} s against {:.2} s told the cap \
+                 ({ratio:.2}×), {calls:.3} calls/row",
+                run.seconds, told.seconds
+            );
+            assert_eq!(run.ok, rows);
+            assert!(calls <= 1.3, "cap {cap}, {ms} ms: {calls:.3} calls per row");
+            if ms >= 300 {
+                assert!(
+                    ratio <= 1.15,
+                    "cap {cap}, {ms} ms: {ratio:.2} times the told"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_short_run_through_dense_error_bursts_costs_little_against_the_best_fixed_concurrency() {
     // The `bursts` preset as the benchmark meets it: 2,000 rows, bursts in
     // the windows the test LLM server's own hash picks (3 s to 5 s, then
