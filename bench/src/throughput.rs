@@ -31,6 +31,14 @@ struct Peers {
     told: &'static str,
 }
 
+/// Peers beside weir against a server with no limit: each given the same 32
+/// requests in flight.
+const PEERS_AT_32: Peers = Peers {
+    concurrency: 32,
+    weir: "pool_size 32",
+    told: "semaphore 32",
+};
+
 fn scenarios(rows: usize) -> Vec<Scenario> {
     let latency = Duration::from_millis(100);
     vec![
@@ -41,11 +49,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 32",
             capacity_slots: None,
             steps: vec![],
-            peers: Some(Peers {
-                concurrency: 32,
-                weir: "pool_size 32",
-                told: "semaphore 32",
-            }),
+            peers: Some(PEERS_AT_32),
         },
         Scenario {
             // The capped scenario's pace (32 answers in flight, one every 3
@@ -62,11 +66,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
             endpoint: "pool_size: 32\nadaptive_concurrency: false",
             capacity_slots: None,
             steps: vec![],
-            peers: Some(Peers {
-                concurrency: 32,
-                weir: "pool_size 32",
-                told: "semaphore 32",
-            }),
+            peers: Some(PEERS_AT_32),
         },
         Scenario {
             name: "capacity 32 (not told), 100 ms latency, 429 + Retry-After 1 s beyond",
