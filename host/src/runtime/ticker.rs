@@ -60,7 +60,6 @@ impl Activity {
 }
 
 /// What guest calls did between two ticks.
-#[derive(PartialEq)]
 enum Since {
     /// A call is under way as the tick comes.
     Running,

@@ -1139,23 +1139,23 @@ async fn slow_start_ends_against_a_server_with_room_for_two() {
     assert!(calls <= 1.3, "{calls:.3} calls per answer");
 }
 
+/// A server capped at `cap` answering in `latency`, 0.75 to 2.25 ms each
+/// way over the wire, each refusal asking for a second's wait.
+fn capped_over_wire(cap: usize, latency: Duration) -> Rc<Sim> {
+    Sim::over_wire(
+        Server::Capped { cap, latency },
+        Duration::from_micros(1500),
+        Some(Duration::from_secs(1)),
+    )
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_whole_capped_run_is_served_near_capacity() {
     // Each way over the wire takes 0.75 to 2.25 ms, so a client must keep
     // a little more than the cap in flight to use all of it; a refusal
     // parks its request for a second, so one late in the run holds the run
     // open after every other row is done.
-    let server = Server::Capped {
-        cap: 32,
-        latency: LATENCY,
-    };
-    let over_wire = || {
-        Sim::over_wire(
-            server.clone(),
-            Duration::from_micros(1500),
-            Some(Duration::from_secs(1)),
-        )
-    };
+    let over_wire = || capped_over_wire(32, LATENCY);
     let rows = 10_000;
     let ideal = rows as f64 / 320.0;
     let told = run_rows(&over_wire(), Concurrency::Fixed(32), rows).await;
@@ -1188,17 +1188,7 @@ async fn capped_servers_of_every_size_and_speed_are_used_near_capacity() {
     // 1 s Retry-After, so only the calls are bounded there.
     for cap in [2usize, 8, 32, 128, 200] {
         for ms in [20u64, 300, 2000] {
-            let server = Server::Capped {
-                cap,
-                latency: Duration::from_millis(ms),
-            };
-            let over_wire = || {
-                Sim::over_wire(
-                    server.clone(),
-                    Duration::from_micros(1500),
-                    Some(Duration::from_secs(1)),
-                )
-            };
+            let over_wire = || capped_over_wire(cap, Duration::from_millis(ms));
             let rows = (cap * 60).max(200);
             let told = run_rows(&over_wire(), Concurrency::Fixed(cap), rows).await;
             let sim = over_wire();
