@@ -28,8 +28,9 @@ pub struct Args {
     /// The weir binary to measure (default: the release build beside this one).
     #[arg(long)]
     weir: Option<std::path::PathBuf>,
-    /// Answer latency of the random error and chaos sweeps: answers as slow
-    /// as a model's make the limit matter more than the waits refusals ask.
+    /// Answer latency (the mean) of the random error, chaos and long-tail
+    /// sweeps: answers as slow as a model's make the limit matter more than
+    /// the waits refusals ask.
     #[arg(long, default_value_t = 100)]
     sweep_latency_ms: u64,
 }

@@ -1,7 +1,7 @@
-//! Endpoints that refuse or fail requests whatever the load: weir with its
-//! adaptive limit against weir held at fixed concurrencies (adaptive off),
-//! over the same rows and a fresh test LLM server (a test tool, not a model)
-//! with the same script each time.
+//! Endpoints that refuse or fail requests, or answer slowly by nature,
+//! whatever the load: weir with its adaptive limit against weir held at
+//! fixed concurrencies (adaptive off), over the same rows and a fresh test
+//! LLM server (a test tool, not a model) with the same script each time.
 
 use crate::Args;
 use crate::runs::{Run, print_header, print_line, run};
@@ -47,6 +47,17 @@ fn sweeps(latency: Duration) -> Vec<Sweep> {
             rows: 1000,
             script: presets::chaos(latency),
             limit: Duration::from_secs(180).mul_f64(slower),
+            schedules: &[0],
+        },
+        Sweep {
+            name: "long tail (answers log-normal, sigma 0.8, whatever the load), no cap",
+            rows: 2000,
+            script: Script {
+                latency,
+                latency_tail: 0.8,
+                ..Script::default()
+            },
+            limit: Duration::from_secs(120).mul_f64(slower),
             schedules: &[0],
         },
     ]

@@ -138,6 +138,46 @@ async fn round_trips_that_vary_whatever_the_load_are_not_taken_for_a_queue() {
     );
 }
 
+/// A hosted model's answers have a long tail: here log-normal, a mean of
+/// 500 ms, the median 365 ms and one in a hundred past 2.3 s, whatever the
+/// load. The quickest of the first four answers is about a third of the
+/// mean; slow start ended at the first answer past half again that, and the
+/// limit was cut to one or two slots for seconds.
+#[tokio::test]
+async fn answers_with_a_long_tail_do_not_end_slow_start() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(500),
+        latency_tail: 0.8,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(&server, 2000, "pool_size: 128", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 2000);
+    let mut served = server.served();
+    served.sort_by_key(|s| s.at);
+    let in_flight_at = |at: Duration| {
+        served
+            .iter()
+            .filter(|s| s.at <= at && s.at + s.held > at)
+            .count()
+    };
+    // Before the last 128, which end the run with fewer and fewer in flight.
+    let starved = served[..served.len() - 128]
+        .iter()
+        .filter(|s| in_flight_at(s.at) < 64)
+        .count();
+    let peak = server.peak_in_flight();
+    // Slow start's own growth from 4 sends about a hundred such (108-111
+    // in four runs); ending it at the first long answer sent 170-173.
+    assert!(
+        starved <= 140,
+        "{starved} requests sent with fewer than 64 in flight; {summary}"
+    );
+    assert!(peak >= 120, "at most {peak} in flight at once; {summary}");
+}
+
 /// A continuous-batching server (vLLM, TGI, SGLang) serving up to 128 at
 /// once, each answer 1 % slower for every other one in the batch (answers
 /// of 250–750 ms alone): 128 at once take 2.27 times as long each and

@@ -76,6 +76,12 @@ pub struct Script {
     /// `latency`, by a hash of its sequence number, whatever the load, as a
     /// model's answers of different lengths do (0: all alike).
     pub latency_spread: f64,
+    /// When above 0, each answer's latency is instead drawn from a log-normal
+    /// distribution with this sigma whose mean is `latency` (whatever the
+    /// load), as a model's answers are: most near the median, a long tail of
+    /// answers several times longer (0.8: median 0.73×, one in a hundred
+    /// beyond 4.7×). Capped at 20 times `latency`.
+    pub latency_tail: f64,
     /// Requests beyond this many at once get 429 with `Retry-After`.
     pub capacity: Option<usize>,
     /// (time since start, capacity): the capacity changes at each time given.
@@ -176,6 +182,7 @@ impl Default for Script {
             reply: Reply::Echo,
             latency: Duration::ZERO,
             latency_spread: 0.0,
+            latency_tail: 0.0,
             capacity: None,
             capacity_steps: Vec::new(),
             requests_per_minute: None,
@@ -257,6 +264,7 @@ const BURST_REQUEST_SEED: u64 = 0x6275_7273_7472_6571;
 const HANG_SEED: u64 = 0x6861_6e67_6c65_6e67;
 const SLOW_SEED: u64 = 0x736c_6f77_616e_7377;
 const SPREAD_SEED: u64 = 0x7370_7265_6164_0001;
+const TAIL_SEED: u64 = 0x7461_696c_6c61_7465;
 
 /// One request as the server saw it: the ground truth tests compare against.
 #[derive(Debug, Clone)]
@@ -628,6 +636,16 @@ fn roll(hash: u64) -> f64 {
     (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// A log-normal factor of mean 1 (at most 20) for request `sequence`, from
+/// two rolls by Box–Muller, so runs repeat exactly. Public for the
+/// executor's simulated servers, which draw answers the same way.
+pub fn log_normal_scale(sigma: f64, sequence: u64) -> f64 {
+    let first = roll(mix(sequence ^ TAIL_SEED)).max(f64::MIN_POSITIVE);
+    let second = roll(mix(sequence ^ TAIL_SEED.rotate_left(17)));
+    let normal = (-2.0 * first.ln()).sqrt() * (std::f64::consts::TAU * second).cos();
+    (sigma * normal - sigma * sigma / 2.0).exp().min(20.0)
+}
+
 fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault> {
     let kinds = &script.fault_kinds;
     if kinds.is_empty()
@@ -858,6 +876,9 @@ async fn answer(
         let latency = match (&script.slow_marker, script.slow) {
             (Some((marker, slow)), _) if user_message.contains(marker.as_str()) => *slow,
             (_, Some((share, slow))) if roll(mix(sequence ^ SLOW_SEED)) < share => slow,
+            _ if script.latency_tail > 0.0 => script
+                .latency
+                .mul_f64(log_normal_scale(script.latency_tail, sequence)),
             _ => {
                 let spread = script.latency_spread;
                 let scale = 1.0 - spread / 2.0 + spread * roll(mix(sequence ^ SPREAD_SEED));

@@ -1,11 +1,13 @@
-//! The test server's queueing mode, error bursts and chaos preset (a TEST
-//! TOOL, not a model), driven over loopback as a client would.
+//! The test server's queueing mode, long-tailed answers, error bursts and
+//! chaos preset (a TEST TOOL, not a model), driven over loopback as a client
+//! would.
 
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::time::Duration;
 use weir_test_llm_server::{
-    Bursts, Fault, Script, TestLlmServer, expected_answer, presets, time_weighted_mean,
+    Bursts, Fault, Script, TestLlmServer, expected_answer, log_normal_scale, presets,
+    time_weighted_mean,
 };
 
 fn request(prompt: &str) -> Value {
@@ -112,6 +114,30 @@ async fn a_batching_server_answers_each_later_the_more_it_serves_at_once() {
     assert!(together.iter().all(|s| s.queued == Duration::ZERO));
     let slowed = latency.mul_f64(1.4);
     assert!(together.iter().all(|s| s.held >= slowed), "{together:?}");
+}
+
+#[test]
+fn a_long_tail_is_log_normal_with_a_mean_of_one() {
+    let sigma: f64 = 0.8;
+    let mut scales: Vec<f64> = (0..20_000).map(|n| log_normal_scale(sigma, n)).collect();
+    let mean = scales.iter().sum::<f64>() / scales.len() as f64;
+    scales.sort_by(f64::total_cmp);
+    let quantile = |q: f64| scales[(q * scales.len() as f64) as usize];
+    let median = (-sigma * sigma / 2.0).exp();
+    let p99 = (-sigma * sigma / 2.0 + 2.326 * sigma).exp();
+    assert!((mean - 1.0).abs() < 0.03, "mean {mean}");
+    assert!(
+        (quantile(0.5) / median - 1.0).abs() < 0.03,
+        "median {}",
+        quantile(0.5)
+    );
+    assert!(
+        (quantile(0.99) / p99 - 1.0).abs() < 0.1,
+        "p99 {}",
+        quantile(0.99)
+    );
+    assert!(scales.iter().all(|s| *s > 0.0 && *s <= 20.0));
+    assert_eq!(log_normal_scale(sigma, 7), log_normal_scale(sigma, 7));
 }
 
 #[test]

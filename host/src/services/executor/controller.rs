@@ -93,6 +93,16 @@ const MIN_JUDGED_COLLAPSED: u32 = 4;
 /// run far below an endpoint's 64 slots for seconds, while slow start's
 /// overshoot of a real edge is refused by the dozen.
 const SLOW_START_NOISE: f64 = 0.03;
+/// Slow start ends on delay only when the quickest of this many latest
+/// answers is delayed, as HyStart++ reads the least round trip of eight a
+/// round. A queue delays every answer once it forms; a model's answers with
+/// a long tail (log-normal, a few several times the median) pass half again
+/// the quickest of the first four one time in two or more, and slow start
+/// ending at the first of them cut a run to one slot at ten, where the
+/// endpoint took every request. Six rather than eight: against a server
+/// that serves one at a time each answer waits longer, and eight kept
+/// slow start growing for a round trip more.
+const SLOW_START_DELAY_SAMPLE: usize = 6;
 /// Bands of requests in flight (powers of two) whose answers are counted
 /// apart (see `Controller::usual_share`).
 const BANDS: usize = 16;
@@ -359,6 +369,11 @@ pub struct Controller {
     /// The answers in the last whole window.
     last_ok: Option<u32>,
     last_refusal: Option<Instant>,
+    /// The latest successful answers, for slow start's delay exit: each
+    /// one's round trip, send and requests in flight at its send, the
+    /// oldest overwritten first; and how many there were in all.
+    latest: [(f64, Instant, f64); SLOW_START_DELAY_SAMPLE],
+    answers_seen: usize,
     /// Slow start ended on a delayed answer, and the smoothed round trip
     /// has not yet confirmed the queue: where the limit goes if it does,
     /// and until when.
@@ -413,6 +428,8 @@ impl Controller {
             last_ok: None,
             last_refusal: None,
             queue_met: None,
+            latest: [(0.0, now, 0.0); SLOW_START_DELAY_SAMPLE],
+            answers_seen: 0,
             served_full_window: false,
             by_band: [Tally::default(); BANDS],
             band_answered: [None; BANDS],
@@ -569,16 +586,27 @@ impl Controller {
         self.srtt = Some(srtt);
         self.seed_base(rtt);
         // A round trip growing past the no-load one means a queue is
-        // building: slow start ends at the first such answer (HyStart's
-        // delay signal), and the limit holds while the smoothed one stays up.
+        // building: slow start ends once the latest answers all show it
+        // (HyStart's delay signal), and the limit holds while the smoothed
+        // one stays up.
+        self.latest[self.answers_seen % SLOW_START_DELAY_SAMPLE] = (rtt, sent_at, n);
+        self.answers_seen += 1;
         let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
-        if beyond(rtt) && self.slow_start && !self.within_lower_spread(rtt, n, now) {
+        // At the pool's size slow start grows no further, and a run's last
+        // answers, the slowest still to come, are no measure of a queue;
+        // windows judge a queue there.
+        if self.slow_start
+            && self.limit < self.max
+            && let Some((quickest, first_sent, load)) = self.quickest_latest()
+            && beyond(quickest)
+            && !self.within_lower_spread(quickest, load, now)
+        {
             self.slow_start = false;
             self.ceiling = self.limit;
             self.queue_met = self.base_rtt.map(|base| {
-                let then = self.limit_at(sent_at);
-                let target = (then * (TOLERANCE * base / rtt).max(MAX_QUEUE_CUT)).max(1.0);
+                let then = self.limit_at(first_sent);
+                let target = (then * (TOLERANCE * base / quickest).max(MAX_QUEUE_CUT)).max(1.0);
                 (target, now + QUEUE_CONFIRMED_WITHIN * self.window_len())
             });
         }
@@ -595,6 +623,24 @@ impl Controller {
         if self.last_saturated >= sent_at && !queue_building {
             self.grow();
         }
+    }
+
+    /// The quickest round trip of the latest `SLOW_START_DELAY_SAMPLE`
+    /// answers, once there are as many, the earliest send among them (where
+    /// a queue delays them all, the limit then is where it began), and the
+    /// mean of the requests in flight at their sends.
+    fn quickest_latest(&self) -> Option<(f64, Instant, f64)> {
+        if self.answers_seen < SLOW_START_DELAY_SAMPLE {
+            return None;
+        }
+        let quickest = self
+            .latest
+            .iter()
+            .map(|a| a.0)
+            .fold(f64::INFINITY, f64::min);
+        let first_sent = self.latest.iter().map(|a| a.1).min()?;
+        let load = self.latest.iter().map(|a| a.2).sum::<f64>() / SLOW_START_DELAY_SAMPLE as f64;
+        Some((quickest, first_sent, load))
     }
 
     /// Once enough answers to requests sent since the pending queue cut are
