@@ -647,9 +647,13 @@ async fn answers_that_vary_in_length_are_not_taken_for_a_queue() {
     );
 }
 
-/// A hosted model's answers with a long tail: a mean of 1 s, most near
-/// 0.7 s, one in a hundred beyond 4.7 s, whatever the load. The tail's
-/// answers are no queue's, and must not hold the limit down.
+/// A hosted model's answers with a long tail, log-normal whatever the load:
+/// a mean of 1 s, at sigma 0.8 the median 0.73 s and one in a hundred past
+/// 4.7 s. The tail's answers are no queue's. Slow start ended at the first
+/// answer past half again the quickest of the first four, and 3,000 rows
+/// took 2.15, 1.55 and 1.61 times as long as at a fixed 256 (sigma 0.5,
+/// 0.8, 1.2); now it ends when the quickest of the latest six is past it:
+/// 1.28, 1.18 and 1.35 times, most of it slow start's growth from four.
 #[tokio::test(start_paused = true)]
 async fn answers_with_a_long_tail_are_not_taken_for_a_queue() {
     for sigma in [0.5, 0.8, 1.2] {
@@ -662,7 +666,7 @@ async fn answers_with_a_long_tail_are_not_taken_for_a_queue() {
         assert_eq!(adaptive.ok, rows);
         let ratio = ratio_to_best_fixed(&format!("long tail, sigma {sigma}"), adaptive, best);
         assert!(
-            ratio <= 10.0,
+            ratio <= 1.45,
             "adaptive took {ratio:.2} times the best fixed"
         );
     }
