@@ -89,6 +89,29 @@ async fn adapts_to_a_capacity_it_is_not_told() {
     assert!(summary.contains("capacity errors"), "{summary}");
 }
 
+/// Runs 2,000 rows with `endpoint` against a fresh server playing
+/// `script`, every row answered; returns the server, the run's summary and,
+/// for each request in the order it arrived, the requests the server held
+/// once it had.
+async fn loads_at_arrival(script: Script, endpoint: &str) -> (TestLlmServer, String, Vec<usize>) {
+    let server = TestLlmServer::start(script).await.unwrap();
+    let (_ws, rows, code, summary) = run(&server, 2000, endpoint, "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 2000);
+    let mut served = server.served();
+    served.sort_by_key(|s| s.at);
+    let loads = served
+        .iter()
+        .map(|s| {
+            served
+                .iter()
+                .filter(|o| o.at <= s.at && o.at + o.held > s.at)
+                .count()
+        })
+        .collect();
+    (server, summary, loads)
+}
+
 /// A model's answers vary in length, and their round trips with them,
 /// whatever the load: here from 150 to 450 ms. Measured against the shortest
 /// of the first answers, a window's mean looked like a queue, and cut after
@@ -96,29 +119,17 @@ async fn adapts_to_a_capacity_it_is_not_told() {
 /// fewer than eight in flight) before it grew back to 128.
 #[tokio::test]
 async fn round_trips_that_vary_whatever_the_load_are_not_taken_for_a_queue() {
-    let server = TestLlmServer::start(Script {
+    let script = Script {
         latency: Duration::from_millis(300),
         latency_spread: 1.0,
         ..Script::default()
-    })
-    .await
-    .unwrap();
-    let (_ws, rows, code, summary) = run(&server, 2000, "pool_size: 128", "").await;
-    assert_eq!(code, Some(0), "{summary}");
-    assert_all_answered(&rows, 2000);
-    let mut served = server.served();
-    served.sort_by_key(|s| s.at);
-    let in_flight_at = |at: Duration| {
-        served
-            .iter()
-            .filter(|s| s.at <= at && s.at + s.held > at)
-            .count()
     };
+    let (server, summary, loads) = loads_at_arrival(script, "pool_size: 128").await;
     // Past slow start's first requests and before the last 128, which end
     // the run with fewer and fewer in flight.
-    let starved = served[20..served.len() - 128]
+    let starved = loads[20..loads.len() - 128]
         .iter()
-        .filter(|s| in_flight_at(s.at) < 8)
+        .filter(|&&load| load < 8)
         .count();
     assert!(
         starved <= 40,
@@ -145,36 +156,24 @@ async fn round_trips_that_vary_whatever_the_load_are_not_taken_for_a_queue() {
 /// limit was cut to one or two slots for seconds.
 #[tokio::test]
 async fn answers_with_a_long_tail_do_not_end_slow_start() {
-    let server = TestLlmServer::start(Script {
+    let script = Script {
         latency: Duration::from_millis(500),
         latency_tail: 0.8,
         ..Script::default()
-    })
-    .await
-    .unwrap();
-    let (_ws, rows, code, summary) = run(&server, 2000, "pool_size: 128", "").await;
-    assert_eq!(code, Some(0), "{summary}");
-    assert_all_answered(&rows, 2000);
-    let mut served = server.served();
-    served.sort_by_key(|s| s.at);
-    let in_flight_at = |at: Duration| {
-        served
-            .iter()
-            .filter(|s| s.at <= at && s.at + s.held > at)
-            .count()
     };
+    let (server, summary, loads) = loads_at_arrival(script, "pool_size: 128").await;
     // Before the last 128, which end the run with fewer and fewer in flight.
-    let starved = served[..served.len() - 128]
+    let starved = loads[..loads.len() - 128]
         .iter()
-        .filter(|s| in_flight_at(s.at) < 64)
+        .filter(|&&load| load < 64)
         .count();
-    let peak = server.peak_in_flight();
     // Slow start's own growth from 4 sends about a hundred such (108-111
     // in four runs); ending it at the first long answer sent 170-173.
     assert!(
         starved <= 140,
         "{starved} requests sent with fewer than 64 in flight; {summary}"
     );
+    let peak = server.peak_in_flight();
     assert!(peak >= 120, "at most {peak} in flight at once; {summary}");
 }
 

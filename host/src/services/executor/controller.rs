@@ -99,9 +99,9 @@ const SLOW_START_NOISE: f64 = 0.03;
 /// a long tail (log-normal, a few several times the median) pass half again
 /// the quickest of the first four one time in two or more, and slow start
 /// ending at the first of them cut a run to one slot at ten, where the
-/// endpoint took every request. Six rather than eight: against a server
-/// that serves one at a time each answer waits longer, and eight kept
-/// slow start growing for a round trip more.
+/// endpoint took every request. Six rather than eight: a server that serves
+/// one at a time answers a service time apart, and eight ended slow start
+/// two answers later: 1.5 s in, the limit was still 14 rather than 3 (`sim.rs`).
 const SLOW_START_DELAY_SAMPLE: usize = 6;
 /// Bands of requests in flight (powers of two) whose answers are counted
 /// apart (see `Controller::usual_share`).
