@@ -167,8 +167,8 @@ async fn answers_with_a_long_tail_do_not_end_slow_start() {
         .iter()
         .filter(|&&load| load < 64)
         .count();
-    // Slow start's own growth from 4 sends about a hundred such (108-111
-    // in four runs); ending it at the first long answer sent 170-173.
+    // Slow start's own growth from 4 sends about a hundred such (108 and
+    // 111 in two runs); ending it at the first long answer sent 170 and 173.
     assert!(
         starved <= 140,
         "{starved} requests sent with fewer than 64 in flight; {summary}"

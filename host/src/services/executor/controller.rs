@@ -231,6 +231,15 @@ fn elasticity(low: (f64, f64), high: (f64, f64)) -> f64 {
     (high.0 / low.0).ln() / (high.1 / low.1).ln()
 }
 
+/// One successful answer, as slow start's delay exit reads it.
+#[derive(Clone, Copy)]
+struct Answered {
+    rtt: f64,
+    sent_at: Instant,
+    /// Requests on the wire once it was sent, itself included.
+    in_flight: f64,
+}
+
 struct Window {
     start: Instant,
     tally: Tally,
@@ -369,10 +378,9 @@ pub struct Controller {
     /// The answers in the last whole window.
     last_ok: Option<u32>,
     last_refusal: Option<Instant>,
-    /// The latest successful answers, for slow start's delay exit: each
-    /// one's round trip, send and requests in flight at its send, the
+    /// The latest successful answers, for slow start's delay exit, the
     /// oldest overwritten first; and how many there were in all.
-    latest: [(f64, Instant, f64); SLOW_START_DELAY_SAMPLE],
+    latest: [Answered; SLOW_START_DELAY_SAMPLE],
     answers_seen: usize,
     /// Slow start ended on a delayed answer, and the smoothed round trip
     /// has not yet confirmed the queue: where the limit goes if it does,
@@ -428,7 +436,11 @@ impl Controller {
             last_ok: None,
             last_refusal: None,
             queue_met: None,
-            latest: [(0.0, now, 0.0); SLOW_START_DELAY_SAMPLE],
+            latest: [Answered {
+                rtt: 0.0,
+                sent_at: now,
+                in_flight: 0.0,
+            }; SLOW_START_DELAY_SAMPLE],
             answers_seen: 0,
             served_full_window: false,
             by_band: [Tally::default(); BANDS],
@@ -589,7 +601,11 @@ impl Controller {
         // building: slow start ends once the latest answers all show it
         // (HyStart's delay signal), and the limit holds while the smoothed
         // one stays up.
-        self.latest[self.answers_seen % SLOW_START_DELAY_SAMPLE] = (rtt, sent_at, n);
+        self.latest[self.answers_seen % SLOW_START_DELAY_SAMPLE] = Answered {
+            rtt,
+            sent_at,
+            in_flight: n,
+        };
         self.answers_seen += 1;
         let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
@@ -636,10 +652,11 @@ impl Controller {
         let quickest = self
             .latest
             .iter()
-            .map(|a| a.0)
+            .map(|a| a.rtt)
             .fold(f64::INFINITY, f64::min);
-        let first_sent = self.latest.iter().map(|a| a.1).min()?;
-        let load = self.latest.iter().map(|a| a.2).sum::<f64>() / SLOW_START_DELAY_SAMPLE as f64;
+        let first_sent = self.latest.iter().map(|a| a.sent_at).min()?;
+        let load =
+            self.latest.iter().map(|a| a.in_flight).sum::<f64>() / SLOW_START_DELAY_SAMPLE as f64;
         Some((quickest, first_sent, load))
     }
 
