@@ -64,10 +64,6 @@ const TOLERANCE: f64 = 1.5;
 /// Nor is one less than this (seconds) above it: against a server that
 /// answers in a millisecond, the host's own scheduling is all the variation.
 const RTT_NOISE: f64 = 0.02;
-/// Per window, how far the no-load estimate moves towards a higher mean:
-/// slowly enough that a queue kept short does not teach it, fast enough that
-/// longer prompts are learned within a few hundred round trips.
-const BASE_DRIFT: f64 = 0.005;
 /// Refusing more than this share is never taken for the endpoint's usual
 /// noise: an endpoint that refuses everything is over capacity.
 const MAX_USUAL_LOSS: f64 = 0.5;
@@ -609,6 +605,11 @@ impl Controller {
         self.answers_seen += 1;
         let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
         let queue_building = beyond(srtt);
+        // Nor does an answer that was itself delayed grow the limit, as
+        // TCP Vegas grows only while the round trip stays near its least:
+        // at a few slots the smoothed round trip takes many round trips to
+        // rise, and growth beyond the edge doubles every round trip.
+        let delayed = !self.slow_start && beyond(rtt);
         // At the pool's size slow start grows no further, and a run's last
         // answers, the slowest still to come, are no measure of a queue;
         // windows judge a queue there.
@@ -636,7 +637,7 @@ impl Controller {
             self.since_queue_cut.answered(rtt, in_flight, srtt);
             self.judge_queue_cut(now);
         }
-        if self.last_saturated >= sent_at && !queue_building {
+        if self.last_saturated >= sent_at && !queue_building && !delayed {
             self.grow();
         }
     }
@@ -882,8 +883,7 @@ impl Controller {
         if n == 0 {
             return false;
         }
-        let mean_rtt = (t.ok > 0).then(|| t.rtt_sum / f64::from(t.ok));
-        let queueing = mean_rtt.and_then(|rtt| self.queueing(rtt));
+        let queueing = self.queueing(&t);
         let collapsed = self
             .pending
             .as_ref()
@@ -1070,9 +1070,19 @@ impl Controller {
         (self.ceiling - 1.0..=self.ceiling + 1.0).contains(&self.limit)
     }
 
-    /// The round trip's ratio to the no-load one, when it says the server
-    /// queues. Learns the no-load estimate on the way.
-    fn queueing(&mut self, rtt: f64) -> Option<f64> {
+    /// The round trip's ratio to the no-load one, when the window's answers
+    /// `t` say the server queues. A window well below the estimate lowers it.
+    ///
+    /// A window above it never raises it: the limit holds a queueing
+    /// server's round trip at up to `TOLERANCE` times the estimate, and
+    /// such windows, each moving it a little towards their mean, raised it
+    /// without end: against a server taking 8 at once, the queue held was 6
+    /// over 30 s and 20 over ten minutes. A longer round trip that is the
+    /// answers' own is learned where it shows as such: a queue cut the
+    /// round trip did not follow (`judge_queue_cut`), or a rise far less
+    /// than the load's since a lower load (`not_a_queue`).
+    fn queueing(&mut self, t: &Tally) -> Option<f64> {
+        let (rtt, _) = t.point()?;
         // A window can close before the first answers are all back: a
         // server that serves one at a time answers the first four at one,
         // two, three and four times its service time. Their mean, taken for
@@ -1080,11 +1090,13 @@ impl Controller {
         // against llama.cpp; until the seed is taken, a window has nothing
         // to be measured against.
         let base = self.base_rtt?;
-        let base = if rtt < base {
-            rtt
-        } else {
-            base + BASE_DRIFT * (rtt - base)
-        };
+        // Only as far as its mean, two standard errors higher, is below:
+        // the quickest of many windows of one or two answers is the
+        // quickest answer, and taken for the no-load round trip it made
+        // answers of ordinary length look queued. Against a server taking
+        // two at once whose answers took half to one and a half times their
+        // mean, the limit stayed at one for a minute, at half its capacity.
+        let base = base.min(rtt * (1.0 + 2.0 * t.log_rtt_error()));
         self.base_rtt = Some(base);
         queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }
