@@ -108,8 +108,8 @@ enum Server {
 struct Trace {
     in_flight: usize,
     queued: usize,
-    /// The queue's length after each change, and when.
-    queue_changes: Vec<(Instant, usize)>,
+    /// The queue's length after each change, and when (since the start).
+    queue_changes: Vec<(Duration, usize)>,
     calls: u64,
     successes: Vec<Instant>,
 }
@@ -255,8 +255,8 @@ impl Sim {
     fn queue_changed(&self, by: isize) {
         let mut t = self.trace.borrow_mut();
         t.queued = t.queued.saturating_add_signed(by);
-        let queued = t.queued;
-        t.queue_changes.push((Instant::now(), queued));
+        let change = (Instant::now() - self.started, t.queued);
+        t.queue_changes.push(change);
     }
 
     /// One request; a client that gives up on it (drops the future) frees
@@ -483,19 +483,11 @@ impl Sim {
     /// requests that rows waiting on a slot send once the run is over
     /// (each sends one more) queue after it, and count for nothing here.
     fn mean_queue(&self, over: Duration) -> f64 {
-        let end = self.started + over;
-        let t = self.trace.borrow();
-        let mut area = 0.0;
-        let mut since = (self.started, 0usize);
-        for &(at, queued) in t.queue_changes.iter().chain([(end, 0)].iter()) {
-            let at = at.min(end);
-            area += since.1 as f64 * (at - since.0).as_secs_f64();
-            since = (at, queued);
-            if at >= end {
-                break;
-            }
-        }
-        area / over.as_secs_f64()
+        weir_test_llm_server::time_weighted_mean(
+            &self.trace.borrow().queue_changes,
+            Duration::ZERO,
+            over,
+        )
     }
 
     /// The first second-long stretch from `at` on that served at least
