@@ -145,6 +145,25 @@ const BAND_FRESH_ROUND_TRIPS: u32 = 16;
 /// between a load below a queue's start and one above it, the round trip
 /// rises less than in proportion.
 const LOWER_LOAD_AT_LEAST: f64 = 1.0 / 3.0;
+/// A limit held by a queue is first drained (see `Drain`) this many round
+/// trips after the queue cut it, and at most once in `DRAIN_EVERY_AT_LEAST`.
+/// A drain holds the limit at half for about two round trips, which costs
+/// a server taking two at once about 2 % of a 150-answer run's answers
+/// (`sim.rs`), so each drain that finds the no-load round trip as it was
+/// doubles the wait for the next, up to `DRAIN_EVERY_MOST_ROUND_TRIPS`.
+const DRAIN_EVERY_ROUND_TRIPS: u32 = 50;
+const DRAIN_EVERY_MOST_ROUND_TRIPS: u32 = 400;
+const DRAIN_EVERY_AT_LEAST: Duration = Duration::from_secs(10);
+/// The share of the limit a drain holds.
+const DRAIN_SHARE: f64 = 0.5;
+/// A drain that lowered the no-load estimate by more than this share is
+/// followed by another within `DRAIN_AGAIN_ROUND_TRIPS`, at
+/// `DRAIN_AGAIN_SHARE` of the limit: where a queue remains at half the
+/// limit, a drain lowers the estimate by a quarter at most, and a server
+/// that became twice as quick took eight drains to be measured.
+const DRAIN_LOWERED: f64 = 0.1;
+const DRAIN_AGAIN_ROUND_TRIPS: u32 = 8;
+const DRAIN_AGAIN_SHARE: f64 = 0.25;
 
 /// What one finished attempt tells the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,6 +306,23 @@ impl QueueCut {
     }
 }
 
+/// The limit held at `DRAIN_SHARE` of itself (or `DRAIN_AGAIN_SHARE`)
+/// until the answers to a limit's worth of requests sent since are back,
+/// as BBR's ProbeRTT holds its window down now and then. A window lowers
+/// the no-load estimate only when its round trip is quicker, and a queue,
+/// once held, keeps every window as slow as the estimate allows: a server
+/// that became twice as quick kept a queue of four times its slots.
+/// Drained, the queue empties and the answers show the round trip without
+/// it.
+struct Drain {
+    /// The limit to go back to.
+    restore: f64,
+    started: Instant,
+    base_before: f64,
+    /// Answers to requests sent since it started.
+    answered: Tally,
+}
+
 /// A cut for losses, kept until the next window says whether it helped.
 struct Cut {
     before: f64,
@@ -369,6 +405,15 @@ pub struct Controller {
     queue_cut: Option<QueueCut>,
     /// Answers to requests sent since the pending queue cut.
     since_queue_cut: Tally,
+    /// The last cut was for a queue and was not undone: the limit is the
+    /// queue's, and is drained now and then.
+    queue_bound: bool,
+    drain: Option<Drain>,
+    next_drain: Option<Instant>,
+    /// Round trips from a drain that found nothing new to the next.
+    drain_every: u32,
+    /// The last drain lowered the no-load estimate.
+    drain_again: bool,
     /// The share refused in the last whole window.
     last_loss: Option<f64>,
     /// The answers in the last whole window.
@@ -428,6 +473,11 @@ impl Controller {
             pending: None,
             queue_cut: None,
             since_queue_cut: Tally::default(),
+            queue_bound: false,
+            drain: None,
+            next_drain: None,
+            drain_every: DRAIN_EVERY_ROUND_TRIPS,
+            drain_again: false,
             last_loss: None,
             last_ok: None,
             last_refusal: None,
@@ -485,6 +535,13 @@ impl Controller {
     /// Requests allowed in flight.
     pub fn limit(&self) -> usize {
         self.limit.floor() as usize
+    }
+
+    /// The limit, or the one a drain under way goes back to: what the
+    /// endpoint was found to take.
+    pub fn settled_limit(&self) -> usize {
+        let restore = self.drain.as_ref().map_or(0.0, |d| d.restore);
+        self.limit.max(restore).floor() as usize
     }
 
     /// Requests allowed in flight in a run's last stretch (no new request
@@ -637,8 +694,104 @@ impl Controller {
             self.since_queue_cut.answered(rtt, in_flight, srtt);
             self.judge_queue_cut(now);
         }
-        if self.last_saturated >= sent_at && !queue_building && !delayed {
+        if let Some(drain) = self.drain.as_mut()
+            && sent_at >= drain.started
+        {
+            drain.answered.answered(rtt, in_flight, srtt);
+            self.end_drain_once_answered(now);
+        }
+        if self.last_saturated >= sent_at && !queue_building && !delayed && self.drain.is_none() {
             self.grow();
+        }
+    }
+
+    /// Drains a limit held by a queue, when one is due.
+    fn drain_if_due(&mut self, now: Instant) {
+        let due = self.next_drain.is_some_and(|at| now >= at);
+        let quiet = self.pending.is_none() && !self.queue_cut_judging() && !self.slow_start;
+        let share = match self.drain_again {
+            true => DRAIN_AGAIN_SHARE,
+            false => DRAIN_SHARE,
+        };
+        let drained = (self.limit * share).floor().max(1.0);
+        let Some(base) = self.base_rtt.filter(|_| {
+            self.queue_bound && due && quiet && self.drain.is_none() && drained < self.limit
+        }) else {
+            return;
+        };
+        self.drain = Some(Drain {
+            restore: self.limit,
+            started: now,
+            base_before: base,
+            answered: Tally::default(),
+        });
+        self.limit = drained;
+        // A queue cut still unjudged is older than the drain's measure, and
+        // the drain's answers at half the load would judge it against a
+        // round trip many round trips old: one made in slow start, undone
+        // so, started slow start over from 152 slots against 32.
+        self.queue_cut = None;
+        self.changed(now);
+    }
+
+    /// Once a limit's worth of requests sent during the drain are
+    /// answered: their round trip lowers the no-load estimate, as far as
+    /// two standard errors allow (see `queueing`), and the limit goes back.
+    fn end_drain_once_answered(&mut self, now: Instant) {
+        let Some(drain) = &self.drain else {
+            return;
+        };
+        // Four at the least, as for a collapsed cut: at a limit of one, each
+        // answer of a drain is one round trip at half the throughput.
+        let needed = MIN_JUDGED_COLLAPSED.max(self.limit as u32);
+        let Some((rtt, _)) = drain
+            .answered
+            .point()
+            .filter(|_| drain.answered.ok >= needed)
+        else {
+            return;
+        };
+        let lower = rtt * (1.0 + 2.0 * drain.answered.log_rtt_error());
+        let base = drain.base_before.min(lower);
+        let lowered = base < drain.base_before * (1.0 - DRAIN_LOWERED);
+        // The server became quicker: the answers the bands hold from
+        // before would make the queue's round trip look to have risen less
+        // than the load since a lower load, and so not a queue's.
+        if lowered {
+            self.by_band = [Tally::default(); BANDS];
+            self.band_answered = [None; BANDS];
+        }
+        self.limit = self.limit.max(drain.restore);
+        self.base_rtt = Some(self.base_rtt.map_or(base, |b| b.min(base)));
+        self.drain = None;
+        self.drain_again = lowered;
+        if lowered {
+            self.drain_every = DRAIN_EVERY_ROUND_TRIPS;
+            self.next_drain = Some(now + self.window_len() * DRAIN_AGAIN_ROUND_TRIPS);
+        } else {
+            self.schedule_drain(now);
+            self.drain_every = (self.drain_every * 2).min(DRAIN_EVERY_MOST_ROUND_TRIPS);
+        }
+        self.changed(now);
+    }
+
+    fn schedule_drain(&mut self, now: Instant) {
+        let wait = (self.window_len() * self.drain_every).max(DRAIN_EVERY_AT_LEAST);
+        self.next_drain = Some(now + wait);
+    }
+
+    /// A queue cut the limit: drains are due from now on.
+    fn held_by_queue(&mut self, now: Instant) {
+        self.queue_bound = true;
+        if self.next_drain.is_none() {
+            self.schedule_drain(now);
+        }
+    }
+
+    /// A drain under way ends without its measure: the limit goes back.
+    fn drop_drain(&mut self) {
+        if let Some(drain) = self.drain.take() {
+            self.limit = self.limit.max(drain.restore);
         }
     }
 
@@ -680,6 +833,11 @@ impl Controller {
             Some(true) => {
                 let (before, in_slow_start) = (cut.before, cut.in_slow_start);
                 self.queue_cut = None;
+                // The round trip is not the load's, so not drained either:
+                // a drain's answers at a lower load would lower the
+                // estimate again.
+                self.queue_bound = false;
+                self.drop_drain();
                 self.limit = self.limit.max(before);
                 self.ceiling = self.ceiling.max(before);
                 self.raise_no_load(point_after.0);
@@ -754,6 +912,7 @@ impl Controller {
             let before = self.limit;
             self.limit = target;
             self.ceiling = target;
+            self.held_by_queue(now);
             self.queue_cut_made(before, point, true);
             self.changed(now);
         }
@@ -842,10 +1001,15 @@ impl Controller {
         let tally = std::mem::take(&mut self.window.tally);
         let next = std::mem::take(&mut self.next);
         self.served_full_window |= saturated && tally.lost == 0 && tally.ok > 0;
-        // A window sent (in part) before the last change says nothing of it.
-        if self.window.start >= self.last_change && self.judge(tally, saturated, now) {
+        // A window sent (in part) before the last change says nothing of it,
+        // nor one sent while a drain holds the limit down.
+        if self.window.start >= self.last_change
+            && self.drain.is_none()
+            && self.judge(tally, saturated, now)
+        {
             self.changed(now);
         }
+        self.drain_if_due(now);
         // The usual share rises only on proof (an undone cut), since load
         // makes refusals too; it falls with every quieter stretch of at
         // least `LOSS_SAMPLE` answers. Judged window by window, a limit of a
@@ -915,7 +1079,7 @@ impl Controller {
                 return false;
             }
             let (before, in_slow_start) = (self.limit, self.slow_start);
-            self.cut_for_queue(ratio);
+            self.cut_for_queue(ratio, now);
             self.queue_cut_made(before, t.point(), in_slow_start);
             return true;
         }
@@ -1114,6 +1278,9 @@ impl Controller {
         if self.limit <= 1.0 && self.pending.is_some() {
             return false;
         }
+        // Refusals are the endpoint's word on its room, whatever the queue.
+        self.drop_drain();
+        self.queue_bound = false;
         // Slow start overshoots by up to its growth of a round trip.
         let share = if self.slow_start {
             MAX_CUT
@@ -1191,8 +1358,9 @@ impl Controller {
     /// Shrinks the limit so the round trip comes back to `TOLERANCE` times
     /// the no-load one: with the server's own concurrency `c`, a limit `l`
     /// beyond it gives a ratio of `l / c`, so the new limit is `1.5 c`.
-    fn cut_for_queue(&mut self, ratio: f64) {
+    fn cut_for_queue(&mut self, ratio: f64, now: Instant) {
         self.slow_start = false;
+        self.held_by_queue(now);
         self.limit = (self.limit * (TOLERANCE / ratio).max(MAX_QUEUE_CUT)).max(1.0);
         self.floor = self.floor.min((self.limit * FLOOR_SHARE).floor().max(1.0));
         // Growth probes slowly from here rather than heading back.

@@ -294,7 +294,7 @@ impl Limiter {
     pub fn snapshot(&self) -> LimiterSnapshot {
         let s = self.lock();
         LimiterSnapshot {
-            limit: s.controller.limit() as u32,
+            limit: s.controller.settled_limit() as u32,
             peak_limit: s.controller.peak(),
             floor: s.controller.floor(),
             no_load_rtt: s.controller.no_load_rtt(),

@@ -22,15 +22,16 @@ enum Server {
     /// Serves `slots` at once and queues the rest, never refusing. Each
     /// request takes `service`, or with `varied`, half to one and a half
     /// times that by a hash (mixed with `seed`), as answers of different
-    /// lengths do. With `slows`, from that time (since start) on each
-    /// takes that many times as long, as when prompts grow longer or the
-    /// server's other tenants take more of it.
+    /// lengths do. With `rescaled`, from that time (since start) on each
+    /// takes that many times as long: more, as when prompts grow longer or
+    /// the server's other tenants take more of it; less, as when they
+    /// leave.
     Queueing {
         slots: usize,
         service: Duration,
         varied: bool,
         seed: u64,
-        slows: Option<(Duration, f64)>,
+        rescaled: Option<(Duration, f64)>,
     },
     /// Continuous batching, as vLLM, TGI and SGLang serve a model on a GPU:
     /// up to `max_batch` requests decode together, a token each per step,
@@ -307,7 +308,7 @@ impl Sim {
                 service,
                 varied,
                 seed,
-                slows,
+                rescaled,
                 ..
             } => {
                 self.queue_changed(1);
@@ -317,11 +318,11 @@ impl Sim {
                     true => 0.5 + (mix(n ^ 0x5E2F ^ (seed << 20)) % 1000) as f64 / 1000.0,
                     false => 1.0,
                 };
-                let slower = match slows {
+                let rescale = match rescaled {
                     Some((from, factor)) if Instant::now() - self.started >= *from => *factor,
                     _ => 1.0,
                 };
-                tokio::time::sleep(service.mul_f64(scale * slower)).await;
+                tokio::time::sleep(service.mul_f64(scale * rescale)).await;
                 drop(slot);
                 Signal::Success
             }
@@ -483,11 +484,11 @@ impl Sim {
     /// requests that rows waiting on a slot send once the run is over
     /// (each sends one more) queue after it, and count for nothing here.
     fn mean_queue(&self, over: Duration) -> f64 {
-        weir_test_llm_server::time_weighted_mean(
-            &self.trace.borrow().queue_changes,
-            Duration::ZERO,
-            over,
-        )
+        self.mean_queue_between(Duration::ZERO, over)
+    }
+
+    fn mean_queue_between(&self, from: Duration, to: Duration) -> f64 {
+        weir_test_llm_server::time_weighted_mean(&self.trace.borrow().queue_changes, from, to)
     }
 
     /// The first second-long stretch from `at` on that served at least
@@ -580,7 +581,7 @@ async fn against_eight_at_once(run: Duration) -> (Rc<Sim>, Rc<Limiter>) {
         service: Duration::from_millis(200),
         varied: false,
         seed: 0,
-        slows: None,
+        rescaled: None,
     });
     let limiter = drive(&sim, 256, 256, run).await;
     (sim, limiter)
@@ -622,7 +623,7 @@ async fn one_at_a_time(varied: bool) {
         service,
         varied,
         seed: 0,
-        slows: None,
+        rescaled: None,
     });
     let run = Duration::from_secs(20);
     let limiter = drive(&sim, 64, 64, run).await;
@@ -1396,7 +1397,7 @@ async fn queueing_servers_of_every_size_and_speed_get_a_short_queue() {
                     service,
                     varied: seed > 0,
                     seed,
-                    slows: None,
+                    rescaled: None,
                 });
                 let run = service * 150;
                 drive(&sim, 256, 256, run).await;
@@ -1461,7 +1462,7 @@ async fn a_server_that_slows_is_used_as_fully_after() {
                 service,
                 varied,
                 seed: 1,
-                slows: Some((Duration::from_secs(20), factor)),
+                rescaled: Some((Duration::from_secs(20), factor)),
             });
             let run = Duration::from_secs(80);
             drive(&sim, 256, 256, run).await;
@@ -1476,5 +1477,37 @@ async fn a_server_that_slows_is_used_as_fully_after() {
             assert!(after >= 0.9, "{:.1} % of capacity after", after * 100.0);
             assert!(queue <= slots as f64, "mean queue {queue:.2}");
         }
+    }
+}
+
+/// A server whose answers take half as long from 20 s on (its other tenants
+/// left, or a run's later prompts are shorter). A window's round trip
+/// lowers the no-load estimate only when it is quicker, and at the load
+/// the old estimate allows, a queue of the server's slots or more makes
+/// every window as slow as before: without drains (see `Drain` in
+/// `controller.rs`) the faster server kept a queue of 31 over the last
+/// 40 s, four times its slots.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_speeds_up_gets_a_short_queue_after() {
+    for varied in [false, true] {
+        let (slots, service) = (8usize, Duration::from_millis(200));
+        let sim = Sim::new(Server::Queueing {
+            slots,
+            service,
+            varied,
+            seed: 1,
+            rescaled: Some((Duration::from_secs(20), 0.5)),
+        });
+        let run = Duration::from_secs(80);
+        drive(&sim, 256, 256, run).await;
+        let capacity = slots as f64 / (service.as_secs_f64() * 0.5);
+        let after = sim.goodput(30.0, 80.0) / capacity;
+        let queue = sim.mean_queue_between(Duration::from_secs(40), run);
+        eprintln!(
+            "speeds up twice at {slots} slots (varied {varied}): {:.1} % of capacity after, mean queue over the last 40 s {queue:.2}",
+            after * 100.0
+        );
+        assert!(after >= 0.9, "{:.1} % of capacity after", after * 100.0);
+        assert!(queue <= slots as f64, "mean queue {queue:.2}");
     }
 }
