@@ -40,3 +40,15 @@ fn workspace_root() -> PathBuf {
         .expect("xtask lives one level below the workspace root")
         .to_path_buf()
 }
+
+#[cfg(test)]
+mod tests {
+    /// The tests of the workspace load `guests/dist/`, so a component built
+    /// from other sources than these would be tested in their place.
+    #[test]
+    fn the_committed_guest_components_are_built_from_these_sources() {
+        if let Err(e) = super::guests::check_all(&super::workspace_root()) {
+            panic!("{e:#}");
+        }
+    }
+}
