@@ -227,6 +227,17 @@ impl Tally {
         })
     }
 
+    /// How low the no-load round trip may be taken from these answers: their
+    /// mean, two standard errors higher. The quickest of many windows of one
+    /// or two answers is the quickest answer, and taken for the no-load round
+    /// trip it made answers of ordinary length look queued: against a server
+    /// taking two at once whose answers took half to one and a half times
+    /// their mean, the limit stayed at one for a minute, at half its capacity.
+    fn no_load_at_most(&self) -> Option<f64> {
+        let (rtt, _) = self.point()?;
+        Some(rtt * (1.0 + 2.0 * self.log_rtt_error()))
+    }
+
     /// Keeps half the answers, their means as they were.
     fn halve(&mut self) {
         let kept = f64::from(self.ok / 2) / f64::from(self.ok.max(1));
@@ -318,7 +329,6 @@ struct Drain {
     /// The limit to go back to.
     restore: f64,
     started: Instant,
-    base_before: f64,
     /// Answers to requests sent since it started.
     answered: Tally,
 }
@@ -714,15 +724,15 @@ impl Controller {
             false => DRAIN_SHARE,
         };
         let drained = (self.limit * share).floor().max(1.0);
-        let Some(base) = self.base_rtt.filter(|_| {
-            self.queue_bound && due && quiet && self.drain.is_none() && drained < self.limit
-        }) else {
+        let measured = self.base_rtt.is_some();
+        if !(self.queue_bound && due && quiet && measured && self.drain.is_none())
+            || drained >= self.limit
+        {
             return;
-        };
+        }
         self.drain = Some(Drain {
             restore: self.limit,
             started: now,
-            base_before: base,
             answered: Tally::default(),
         });
         self.limit = drained;
@@ -736,24 +746,25 @@ impl Controller {
 
     /// Once a limit's worth of requests sent during the drain are
     /// answered: their round trip lowers the no-load estimate, as far as
-    /// two standard errors allow (see `queueing`), and the limit goes back.
+    /// two standard errors allow (`Tally::no_load_at_most`), and the limit
+    /// goes back. Nothing else moves the estimate while a drain lasts: no
+    /// window is judged, and what would raise it ends the drain first.
     fn end_drain_once_answered(&mut self, now: Instant) {
-        let Some(drain) = &self.drain else {
+        let (Some(drain), Some(before)) = (&self.drain, self.base_rtt) else {
             return;
         };
         // Four at the least, as for a collapsed cut: at a limit of one, each
         // answer of a drain is one round trip at half the throughput.
         let needed = MIN_JUDGED_COLLAPSED.max(self.limit as u32);
-        let Some((rtt, _)) = drain
+        let Some(lower) = drain
             .answered
-            .point()
+            .no_load_at_most()
             .filter(|_| drain.answered.ok >= needed)
         else {
             return;
         };
-        let lower = rtt * (1.0 + 2.0 * drain.answered.log_rtt_error());
-        let base = drain.base_before.min(lower);
-        let lowered = base < drain.base_before * (1.0 - DRAIN_LOWERED);
+        let base = before.min(lower);
+        let lowered = base < before * (1.0 - DRAIN_LOWERED);
         // The server became quicker: the answers the bands hold from
         // before would make the queue's round trip look to have risen less
         // than the load since a lower load, and so not a queue's.
@@ -762,7 +773,7 @@ impl Controller {
             self.band_answered = [None; BANDS];
         }
         self.limit = self.limit.max(drain.restore);
-        self.base_rtt = Some(self.base_rtt.map_or(base, |b| b.min(base)));
+        self.base_rtt = Some(base);
         self.drain = None;
         self.drain_again = lowered;
         if lowered {
@@ -1254,13 +1265,7 @@ impl Controller {
         // against llama.cpp; until the seed is taken, a window has nothing
         // to be measured against.
         let base = self.base_rtt?;
-        // Only as far as its mean, two standard errors higher, is below:
-        // the quickest of many windows of one or two answers is the
-        // quickest answer, and taken for the no-load round trip it made
-        // answers of ordinary length look queued. Against a server taking
-        // two at once whose answers took half to one and a half times their
-        // mean, the limit stayed at one for a minute, at half its capacity.
-        let base = base.min(rtt * (1.0 + 2.0 * t.log_rtt_error()));
+        let base = t.no_load_at_most().map_or(base, |lower| base.min(lower));
         self.base_rtt = Some(base);
         queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }

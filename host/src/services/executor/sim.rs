@@ -1448,6 +1448,25 @@ async fn a_long_run_keeps_a_queueing_servers_queue_short() {
     assert!(limit <= 20, "limit {limit}");
 }
 
+/// A queueing server of `slots` answering in 200 ms, `factor` times that
+/// from 20 s on, driven for 80 s at a pool of 256; and the share of its
+/// new capacity used from 30 s on.
+async fn rescaled_at_twenty_seconds(slots: usize, factor: f64, varied: bool) -> (Rc<Sim>, f64) {
+    let service = Duration::from_millis(200);
+    let sim = Sim::new(Server::Queueing {
+        slots,
+        service,
+        varied,
+        seed: 1,
+        rescaled: Some((Duration::from_secs(20), factor)),
+    });
+    drive(&sim, 256, 256, Duration::from_secs(80)).await;
+    // At most the pool's 256 at once where the server takes more.
+    let capacity = slots.min(256) as f64 / (service.as_secs_f64() * factor);
+    let after = sim.goodput(30.0, 80.0) / capacity;
+    (sim, after)
+}
+
 /// Servers whose answers take two or three times as long from 20 s on (a
 /// run's later prompts are longer, or the server's other tenants take
 /// more of it): the longer round trip is the answers' own, learned as the
@@ -1456,20 +1475,8 @@ async fn a_long_run_keeps_a_queueing_servers_queue_short() {
 async fn a_server_that_slows_is_used_as_fully_after() {
     for (slots, factor) in [(8usize, 2.0f64), (100_000, 3.0)] {
         for varied in [false, true] {
-            let service = Duration::from_millis(200);
-            let sim = Sim::new(Server::Queueing {
-                slots,
-                service,
-                varied,
-                seed: 1,
-                rescaled: Some((Duration::from_secs(20), factor)),
-            });
-            let run = Duration::from_secs(80);
-            drive(&sim, 256, 256, run).await;
-            // At most the pool's 256 at once where the server takes more.
-            let capacity = slots.min(256) as f64 / (service.as_secs_f64() * factor);
-            let after = sim.goodput(30.0, 80.0) / capacity;
-            let queue = sim.mean_queue(run);
+            let (sim, after) = rescaled_at_twenty_seconds(slots, factor, varied).await;
+            let queue = sim.mean_queue(Duration::from_secs(80));
             eprintln!(
                 "slows {factor} times at {slots} slots (varied {varied}): {:.1} % of capacity after, mean queue {queue:.2}",
                 after * 100.0
@@ -1490,19 +1497,9 @@ async fn a_server_that_slows_is_used_as_fully_after() {
 #[tokio::test(start_paused = true)]
 async fn a_server_that_speeds_up_gets_a_short_queue_after() {
     for varied in [false, true] {
-        let (slots, service) = (8usize, Duration::from_millis(200));
-        let sim = Sim::new(Server::Queueing {
-            slots,
-            service,
-            varied,
-            seed: 1,
-            rescaled: Some((Duration::from_secs(20), 0.5)),
-        });
-        let run = Duration::from_secs(80);
-        drive(&sim, 256, 256, run).await;
-        let capacity = slots as f64 / (service.as_secs_f64() * 0.5);
-        let after = sim.goodput(30.0, 80.0) / capacity;
-        let queue = sim.mean_queue_between(Duration::from_secs(40), run);
+        let slots = 8;
+        let (sim, after) = rescaled_at_twenty_seconds(slots, 0.5, varied).await;
+        let queue = sim.mean_queue_between(Duration::from_secs(40), Duration::from_secs(80));
         eprintln!(
             "speeds up twice at {slots} slots (varied {varied}): {:.1} % of capacity after, mean queue over the last 40 s {queue:.2}",
             after * 100.0
