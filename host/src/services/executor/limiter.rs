@@ -21,7 +21,7 @@ use super::controller::{Controller, Signal};
 use super::pacing::Pacing;
 use super::rate::RateReport;
 use super::to_come::RowsToCome;
-use super::window::{ProviderWindows, RequestTokens};
+use super::window::{ProviderWindows, RequestTokens, Sent};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -74,8 +74,8 @@ pub struct Permit<'a> {
     sent_at: Instant,
     /// Requests in flight once this one was sent, itself included.
     in_flight: usize,
-    /// Its number among the endpoint's requests, for the rate windows.
-    sent_as: u64,
+    /// What the rate windows know of it.
+    sent: Sent,
     released: bool,
 }
 
@@ -173,7 +173,7 @@ impl Limiter {
         s.controller.on_send(now, saturated);
         let (limit, rtt) = (s.controller.limit(), s.controller.srtt());
         s.pacing.dispatched(now, limit, rtt);
-        let sent_as = s.windows.dispatched(now);
+        let sent = s.windows.dispatched(now);
         if let Some(mut place) = place {
             s.leave(place.lane, place.id);
             place.left = true;
@@ -192,7 +192,7 @@ impl Limiter {
             limiter: self,
             sent_at: now,
             in_flight: s.in_flight,
-            sent_as,
+            sent,
             released: false,
         }
     }
@@ -259,14 +259,14 @@ impl Limiter {
         s.pacing.pause_until(until, rtt);
     }
 
-    /// Follows what the answer to request `sent_as` reports of the
+    /// Follows what the answer to request `sent` reports of the
     /// provider's rate windows (see `ProviderWindows::follow`), `refused`
     /// when the answer was a refusal; a hold it asks for lasts at most
     /// `longest_hold`.
     pub fn follow_rate_report(
         &self,
         report: &RateReport,
-        sent_as: u64,
+        sent: Sent,
         refused: bool,
         tokens: RequestTokens,
         longest_hold: Duration,
@@ -275,10 +275,10 @@ impl Limiter {
             let mut s = self.lock();
             let now = Instant::now();
             if refused {
-                s.windows.refused(sent_as);
+                s.windows.refused(sent.number);
             }
             let held = s.windows.ready_at(now).is_some();
-            let hold = s.windows.follow(now, report, sent_as, tokens);
+            let hold = s.windows.follow(now, report, sent, tokens);
             if hold.is_none() && held && s.windows.ready_at(now).is_none() {
                 // Those in line wait on a time the last report set; this one
                 // found room sooner.
@@ -303,10 +303,10 @@ impl Limiter {
         }
     }
 
-    fn release(&self, sent_as: u64, sent_at: Instant, in_flight: usize, signal: Signal) {
+    fn release(&self, sent_at: Instant, in_flight: usize, signal: Signal) {
         let mut s = self.lock();
         s.in_flight -= 1;
-        s.windows.ended(sent_as);
+        s.windows.ended();
         let now = Instant::now();
         s.controller.on_answer(now, sent_at, in_flight, signal);
         // Only those a slot is free for: waking every waiter on every answer
@@ -534,15 +534,14 @@ impl Drop for RefusalWait<'_> {
 }
 
 impl Permit<'_> {
-    /// Its number among the endpoint's requests.
-    pub fn sent_as(&self) -> u64 {
-        self.sent_as
+    /// What the rate windows know of it, for `Limiter::follow_rate_report`.
+    pub fn sent(&self) -> Sent {
+        self.sent
     }
 
     pub fn release(mut self, signal: Signal) {
         self.released = true;
-        self.limiter
-            .release(self.sent_as, self.sent_at, self.in_flight, signal);
+        self.limiter.release(self.sent_at, self.in_flight, signal);
     }
 }
 
@@ -551,7 +550,7 @@ impl Drop for Permit<'_> {
         // A request abandoned mid-way (its row's deadline passed) still frees its slot.
         if !self.released {
             self.limiter
-                .release(self.sent_as, self.sent_at, self.in_flight, Signal::Neutral);
+                .release(self.sent_at, self.in_flight, Signal::Neutral);
         }
     }
 }
@@ -744,11 +743,11 @@ mod tests {
         };
         let limiter = Arc::new(Limiter::new(8, 8));
         let first = limiter.acquire(None, false).await.unwrap();
-        let sent_as = first.sent_as();
+        let sent = first.sent();
         first.release(Signal::Neutral);
         // Two left when the first was taken: 600 a minute is one a 100 ms.
         let tokens = RequestTokens::default();
-        limiter.follow_rate_report(&window(2), sent_as, false, tokens, Duration::from_secs(60));
+        limiter.follow_rate_report(&window(2), sent, false, tokens, Duration::from_secs(60));
         let started = Instant::now();
         let (went_tx, mut went) = tokio::sync::mpsc::unbounded_channel();
         for _ in 0..6 {
@@ -757,7 +756,7 @@ mod tests {
             tokio::spawn(async move {
                 let deadline = Some(Instant::now() + Duration::from_secs(5));
                 let permit = limiter.acquire(deadline, false).await;
-                went.send((permit.as_ref().map(|p| p.sent_as()), Instant::now()))
+                went.send((permit.as_ref().map(|p| p.sent()), Instant::now()))
                     .unwrap();
                 std::future::pending::<()>().await;
             });
@@ -773,13 +772,7 @@ mod tests {
         // The provider reports room again: the two still in line go now,
         // though nothing was answered since.
         let tokens = RequestTokens::default();
-        limiter.follow_rate_report(
-            &window(1000),
-            sent_as,
-            false,
-            tokens,
-            Duration::from_secs(60),
-        );
+        limiter.follow_rate_report(&window(1000), sent, false, tokens, Duration::from_secs(60));
         for _ in 0..2 {
             let (sent_as, at) = went.recv().await.unwrap();
             assert!(sent_as.is_some(), "a request waited out its deadline");

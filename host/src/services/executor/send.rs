@@ -7,7 +7,7 @@ use super::breaker::BreakerState;
 use super::controller::Signal;
 use super::dispatch::{Answer, AttemptFailure, FailureKind, Timeouts, not_json};
 use super::retry::{self, RetryCause, RetryPolicy, Verdict};
-use super::window::{RequestTokens, Tokens};
+use super::window::{RequestTokens, Sent, Tokens};
 use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
 use crate::config::EndpointKind;
 use crate::services::audit::now_ms;
@@ -75,13 +75,13 @@ impl Endpoint {
             } = admitted;
             let tried = self.try_once(body, row_deadline, hung).await;
             hung += u32::from(tried.verdict == Verdict::Hung);
-            let sent_as = permit.sent_as();
+            let sent = permit.sent();
             permit.release(self.signal(tried.verdict));
             let first_attempt = *first.get_or_insert(tried.started);
             if tried.verdict != Verdict::Success && first_failure.is_none() {
                 first_failure = Some(describe(&tried));
             }
-            self.observe(&tried, ticket, sent_as, tokens);
+            self.observe(&tried, ticket, sent, tokens);
             let ended_ms = tried.started_at_ms + tried.latency.as_millis() as i64;
             self.record_learned_limit_now_and_then(ended_ms);
             let elapsed = first_attempt.elapsed();
@@ -234,13 +234,13 @@ impl Endpoint {
     }
 
     /// Tells the breaker and the figures how the attempt went, and follows
-    /// the rate windows the answer reports (it was request `sent_as`, asking
+    /// the rate windows the answer reports (it was request `sent`, asking
     /// `asked_tokens` of the token windows).
     fn observe(
         &self,
         tried: &Tried,
         ticket: super::breaker::Ticket,
-        sent_as: u64,
+        sent: Sent,
         asked_tokens: Tokens,
     ) {
         // Capacity answers and a server's queue say the endpoint is busy,
@@ -263,7 +263,7 @@ impl Endpoint {
         if let Some(report) = rate::report(&answer.headers) {
             self.limiter.follow_rate_report(
                 &report,
-                sent_as,
+                sent,
                 refused,
                 RequestTokens {
                     asked: (asked_tokens.total() > 0.0).then_some(asked_tokens),

@@ -22,11 +22,22 @@ pub struct ProviderWindows {
     tokens: [TokenWindow; 3],
     /// Requests sent so far, the number of the next one.
     sent: u64,
-    /// The numbers of the requests on their way.
-    unanswered: BTreeSet<u64>,
+    /// Requests on their way.
+    unanswered: usize,
     /// Of each window's refill, what is this endpoint's: a shard of a run
     /// whose shards share the key takes its share.
     share: f64,
+}
+
+/// A request as the windows follow it: its number among those sent, and
+/// how many sent before it were on their way when it left. Those may reach
+/// the provider after it, so the report of its answer may not count them,
+/// even when their own answers came first; one answered before it left
+/// reached the provider before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    pub number: u64,
+    unanswered_before: usize,
 }
 
 impl Default for ProviderWindows {
@@ -118,8 +129,8 @@ struct Mirror {
 }
 
 /// What a report leaves uncounted: the requests sent after its own, those
-/// sent before it whose answers have not come (the provider may have taken
-/// them after it), and what each request takes of the window.
+/// sent before it that were on their way when it left (the provider may
+/// have taken them after it), and what each request takes of the window.
 struct Uncounted {
     after: f64,
     unanswered_before: f64,
@@ -134,24 +145,28 @@ impl ProviderWindows {
             requests: None,
             tokens: [Counted::All, Counted::Input, Counted::Output].map(TokenWindow::new),
             sent: 0,
-            unanswered: BTreeSet::new(),
+            unanswered: 0,
             share: 1.0 / f64::from(shards.max(1)),
         }
     }
 
-    /// A request leaves at `now`; returns its number for `follow`.
-    pub fn dispatched(&mut self, now: Instant) -> u64 {
+    /// A request leaves at `now`; returns what `follow` needs of it.
+    pub fn dispatched(&mut self, now: Instant) -> Sent {
         for mirror in self.mirrors_mut() {
             mirror.take(now);
         }
+        let sent = Sent {
+            number: self.sent,
+            unanswered_before: self.unanswered,
+        };
         self.sent += 1;
-        self.unanswered.insert(self.sent - 1);
-        self.sent - 1
+        self.unanswered += 1;
+        sent
     }
 
-    /// Request `sent_as` came back, or was given up.
-    pub fn ended(&mut self, sent_as: u64) {
-        self.unanswered.remove(&sent_as);
+    /// A request came back, or was given up.
+    pub fn ended(&mut self) {
+        self.unanswered = self.unanswered.saturating_sub(1);
     }
 
     /// When the windows have room for the next request, if not at `now`.
@@ -170,7 +185,7 @@ impl ProviderWindows {
         }
     }
 
-    /// Takes in the report of the answer to request `sent_as`, with what
+    /// Takes in the report of the answer to request `sent`, with what
     /// it asked of the token windows and what the endpoint's answers have
     /// used on average, as far as each is known (`tokens`). A request is
     /// counted against a token window at what the window's reports show
@@ -184,18 +199,19 @@ impl ProviderWindows {
     ///
     /// Requests sent together, on connections of their own, may reach the
     /// provider out of order, so a report may count some sent after it and
-    /// miss some sent before (dozens while new connections open): see
-    /// `Mirror::follow`.
+    /// miss some sent before (dozens while new connections open), whose
+    /// answers may even have come first: see `Mirror::follow`.
     pub fn follow(
         &mut self,
         now: Instant,
         report: &RateReport,
-        sent_as: u64,
+        sent: Sent,
         tokens: RequestTokens,
     ) -> Option<Duration> {
+        let sent_as = sent.number;
         // The other shards sent as much as this one since, by and large.
         let after = self.sent.saturating_sub(sent_as + 1) as f64 / self.share;
-        let unanswered_before = self.unanswered.range(..sent_as).count() as f64 / self.share;
+        let unanswered_before = sent.unanswered_before as f64 / self.share;
         let share = self.share;
         let mut hold = None;
         if let Some(quota) = report.requests {
@@ -430,12 +446,16 @@ impl Mirror {
     /// Sets the copy by a report. Requests reach the provider out of order,
     /// so a report is of a moment between two bounds: the provider took
     /// every request sent before its own (the copy can hold no more than
-    /// the report less those sent after it), or none of those whose
-    /// answers have not come (it holds no less than that, less them too).
-    /// The copy, which has followed every request and the refill since
-    /// the reports before, is kept where it lies between the two: a report
-    /// that overtook others, read as the latest word, sent dozens into a
-    /// window that had no room for them.
+    /// the report less those sent after it), or none of those on their way
+    /// when it left (it holds no less than that, less them too). The copy,
+    /// which has followed every request and the refill since the reports
+    /// before, is kept where it lies between the two: a report that
+    /// overtook others, read as the latest word, sent dozens into a window
+    /// that had no room for them. Only requests still unanswered were
+    /// counted out of that lower bound once, but answers come back out of
+    /// order too: three answered before a report that had overtaken them,
+    /// on a loaded machine, made it raise the copy by three requests the
+    /// window did not have, and all three were refused.
     fn follow(
         mirror: &mut Option<Mirror>,
         now: Instant,
@@ -555,14 +575,14 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
         let first = windows.dispatched(now);
-        windows.ended(first);
+        windows.ended();
         // 60 a minute: no refill to speak of within the test.
         windows.follow(now, &requests(60.0, 29), first, RequestTokens::default());
-        let mut sent: Vec<u64> = (0..20).map(|_| windows.dispatched(now)).collect();
+        let mut sent: Vec<Sent> = (0..20).map(|_| windows.dispatched(now)).collect();
         // The last of the twenty reached the provider before the other
         // nineteen, which are still on their way: its report says 28 left,
         // but those nineteen will take 19 of them.
-        windows.ended(sent[19]);
+        windows.ended();
         windows.follow(now, &requests(60.0, 28), sent[19], RequestTokens::default());
         for _ in 0..9 {
             assert_eq!(windows.ready_at(now), None);
@@ -572,18 +592,22 @@ mod tests {
             windows.ready_at(now).is_some(),
             "the nineteen took the rest"
         );
-        // Once every answer is in, a report is the copy's whole word: one
-        // that says more than the copy raises it.
-        for sent_as in &sent {
-            windows.ended(*sent_as);
+        // Their answers came, all but the last before its own. Its report
+        // says 5 left, but the 27 sent before it may have reached the
+        // provider after it and be uncounted there: the copy stays.
+        for _ in 1..sent.len() {
+            windows.ended();
         }
         let later = now + Duration::from_millis(10);
-        windows.follow(
-            later,
-            &requests(60.0, 5),
-            *sent.last().unwrap(),
-            RequestTokens::default(),
-        );
+        let last = *sent.last().unwrap();
+        windows.follow(later, &requests(60.0, 5), last, RequestTokens::default());
+        assert!(windows.ready_at(later).is_some(), "27 may be uncounted");
+        windows.ended();
+        // The report of a request sent with none on its way is the copy's
+        // whole word: one that says more than the copy raises it.
+        let alone = windows.dispatched(later);
+        windows.ended();
+        windows.follow(later, &requests(60.0, 5), alone, RequestTokens::default());
         assert_eq!(windows.ready_at(later), None);
     }
 
@@ -641,6 +665,13 @@ mod tests {
         }
     }
 
+    /// Windows that `requests` requests left at `now`, and those requests.
+    fn having_sent(requests: usize, now: Instant) -> (ProviderWindows, Vec<Sent>) {
+        let mut windows = ProviderWindows::default();
+        let sent = (0..requests).map(|_| windows.dispatched(now)).collect();
+        (windows, sent)
+    }
+
     fn token_cost(windows: &ProviderWindows) -> f64 {
         windows.tokens[0].mirror.as_ref().unwrap().cost
     }
@@ -648,47 +679,42 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_token_window_counts_requests_at_what_its_reports_show_they_take() {
         let now = Instant::now();
-        let mut windows = ProviderWindows::default();
-        for _ in 0..257 {
-            windows.dispatched(now);
-        }
+        let (mut windows, sent) = having_sent(257, now);
         // Answers say 15 tokens each, but each request takes 60 of a window
         // refilling 1,000 a second: a full window's fall shows it.
-        windows.follow(now, &tokens(39_940), 0, used(15.0));
-        windows.follow(now, &tokens(39_940 - 64 * 60), 64, used(15.0));
+        windows.follow(now, &tokens(39_940), sent[0], used(15.0));
+        windows.follow(now, &tokens(39_940 - 64 * 60), sent[64], used(15.0));
         assert_eq!(token_cost(&windows), 15.0, "64 requests say too little");
-        windows.follow(now, &tokens(39_940 - 128 * 60), 128, used(15.0));
+        windows.follow(now, &tokens(39_940 - 128 * 60), sent[128], used(15.0));
         assert_eq!(token_cost(&windows), 60.0);
         // Below full, the window takes in its refill: a second later it
         // fell by 1,000 less.
         let later = now + Duration::from_secs(1);
-        windows.follow(later, &tokens(39_940 - 256 * 60 + 1_000), 256, used(15.0));
+        let fell = tokens(39_940 - 256 * 60 + 1_000);
+        windows.follow(later, &fell, sent[256], used(15.0));
         assert_eq!(token_cost(&windows), 60.0);
         // A full window lets its refill go: a slow fall from it says
         // nothing, and the usage is all there is.
-        let mut fresh = ProviderWindows::default();
-        fresh.follow(now, &tokens(20_000), 0, used(15.0));
-        fresh.follow(later, &tokens(19_990), 200, used(15.0));
+        let (mut fresh, sent) = having_sent(201, now);
+        fresh.follow(now, &tokens(20_000), sent[0], used(15.0));
+        fresh.follow(later, &tokens(19_990), sent[200], used(15.0));
         assert_eq!(token_cost(&fresh), 15.0);
         // What requests ask, when known, counts then: such a fall says only
         // what they take at the least.
-        let mut asking = ProviderWindows::default();
-        asking.follow(now, &tokens(20_000), 0, asks(500.0, 15.0));
-        asking.follow(later, &tokens(19_990), 200, asks(500.0, 15.0));
+        let (mut asking, sent) = having_sent(201, now);
+        asking.follow(now, &tokens(20_000), sent[0], asks(500.0, 15.0));
+        asking.follow(later, &tokens(19_990), sent[200], asks(500.0, 15.0));
         assert_eq!(token_cost(&asking), 500.0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_token_window_counts_requests_at_what_they_ask_until_its_reports_show_more() {
         let now = Instant::now();
-        let mut windows = ProviderWindows::default();
-        for _ in 0..2 {
-            windows.dispatched(now);
-        }
+        let (mut windows, sent) = having_sent(2, now);
         // Each request asks 1,000 tokens (its `max_tokens` and text), and
         // its answer uses 15: 2,500 left when the first was taken hold two
         // more, not 166.
-        windows.follow(now, &tokens(2_500), 0, asks(1_000.0, 15.0));
+        windows.follow(now, &tokens(2_500), sent[0], asks(1_000.0, 15.0));
         assert_eq!(token_cost(&windows), 1_000.0);
         assert_eq!(windows.ready_at(now), None);
         windows.dispatched(now);
@@ -698,32 +724,27 @@ mod tests {
         );
         // Once the window's fall over 128 requests shows 60 a request, that
         // is what a request takes, whatever it asks.
-        let mut windows = ProviderWindows::default();
-        for _ in 0..129 {
-            windows.dispatched(now);
-        }
-        windows.follow(now, &tokens(39_940), 0, asks(1_000.0, 15.0));
-        windows.follow(now, &tokens(39_940 - 128 * 60), 128, asks(1_000.0, 15.0));
+        let (mut windows, sent) = having_sent(129, now);
+        windows.follow(now, &tokens(39_940), sent[0], asks(1_000.0, 15.0));
+        let fell = tokens(39_940 - 128 * 60);
+        windows.follow(now, &fell, sent[128], asks(1_000.0, 15.0));
         assert_eq!(token_cost(&windows), 60.0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_window_drained_as_fast_as_it_refills_counts_its_whole_refill() {
         let start = Instant::now();
-        let mut windows = ProviderWindows::default();
-        for _ in 0..=140 {
-            windows.dispatched(start);
-        }
+        let (mut windows, sent) = having_sent(141, start);
         // 1,000 tokens a second, 1,000 a request: ten empty a window of
         // 10,000 at once, then one leaves every second as the refill
         // allows, each report saying nothing is left. Sixteen requests
         // take in 16,000 tokens, more than the window's room.
-        for sent_as in 0..=140u64 {
-            let (at, left) = match sent_as {
-                ..=10 => (start, 10_000 - 1_000 * sent_as),
-                _ => (start + Duration::from_secs(sent_as - 10), 0),
+        for (n, sent) in (0..).zip(sent) {
+            let (at, left) = match n {
+                ..=10 => (start, 10_000 - 1_000 * n),
+                _ => (start + Duration::from_secs(n - 10), 0),
             };
-            windows.follow(at, &tokens(left), sent_as, used(15.0));
+            windows.follow(at, &tokens(left), sent, used(15.0));
         }
         let learned = windows.tokens[0].cost.learned().unwrap();
         assert!(
@@ -740,16 +761,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_windows_fall_is_read_over_many_requests_not_between_neighbours() {
         let now = Instant::now();
-        let mut windows = ProviderWindows::default();
-        for _ in 0..129 {
-            windows.dispatched(now);
-        }
+        let (mut windows, sent) = having_sent(129, now);
         // The provider took each report's request four places before or
         // after where it was sent: between neighbours the window fell 30
         // or 90 a request, over 128 requests 60 within a few per cent.
-        for (i, sent_as) in (0..=128).step_by(16).enumerate() {
-            let place = if i % 2 == 0 { sent_as + 4 } else { sent_as - 4 };
-            windows.follow(now, &tokens(40_000 - place * 60), sent_as, used(15.0));
+        for (i, n) in (0..=128).step_by(16).enumerate() {
+            let place = if i % 2 == 0 { n + 4 } else { n - 4 };
+            let report = tokens(40_000 - place as u64 * 60);
+            windows.follow(now, &report, sent[n], used(15.0));
         }
         let cost = token_cost(&windows);
         assert!((56.0..=64.0).contains(&cost), "{cost}");
@@ -758,16 +777,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn refused_requests_take_nothing_of_a_token_window() {
         let now = Instant::now();
-        let mut windows = ProviderWindows::default();
-        for _ in 0..129 {
-            windows.dispatched(now);
-        }
-        windows.follow(now, &tokens(39_940), 0, used(15.0));
+        let (mut windows, sent) = having_sent(129, now);
+        windows.follow(now, &tokens(39_940), sent[0], used(15.0));
         // 28 of the 128 after it were refused: 100 took 60 each.
-        for sent_as in 100..128 {
-            windows.refused(sent_as);
+        for refused in &sent[100..128] {
+            windows.refused(refused.number);
         }
-        windows.follow(now, &tokens(39_940 - 100 * 60), 128, used(15.0));
+        windows.follow(now, &tokens(39_940 - 100 * 60), sent[128], used(15.0));
         assert_eq!(token_cost(&windows), 60.0);
     }
 
