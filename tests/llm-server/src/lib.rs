@@ -72,6 +72,10 @@ pub enum Fault {
 pub struct Script {
     pub reply: Reply,
     pub latency: Duration,
+    /// (time since start, latency): `latency` changes at each time given,
+    /// as a server does when its other tenants leave or a larger GPU takes
+    /// over.
+    pub latency_steps: Vec<(Duration, Duration)>,
     /// Each answer takes from `1 - spread / 2` to `1 + spread / 2` times
     /// `latency`, by a hash of its sequence number, whatever the load, as a
     /// model's answers of different lengths do (0: all alike).
@@ -181,6 +185,7 @@ impl Default for Script {
         Self {
             reply: Reply::Echo,
             latency: Duration::ZERO,
+            latency_steps: Vec::new(),
             latency_spread: 0.0,
             latency_tail: 0.0,
             capacity: None,
@@ -613,6 +618,15 @@ pub(crate) fn answer_line(
     )
 }
 
+fn latency_now(script: &Script, since_start: Duration) -> Duration {
+    script
+        .latency_steps
+        .iter()
+        .rev()
+        .find(|(at, _)| since_start >= *at)
+        .map_or(script.latency, |(_, latency)| *latency)
+}
+
 fn capacity_now(script: &Script, since_start: Duration) -> Option<usize> {
     script
         .capacity_steps
@@ -873,16 +887,19 @@ async fn answer(
         return faulty(shared, sequence, fault, &|status| log(status, Some(fault))).await;
     }
     if arrival == Online {
+        // Under `serve_at_once`, as fast as the server is once it starts
+        // on the request, not when it queued it.
+        let base = latency_now(script, shared.started.elapsed());
         let latency = match (&script.slow_marker, script.slow) {
             (Some((marker, slow)), _) if user_message.contains(marker.as_str()) => *slow,
             (_, Some((share, slow))) if roll(mix(sequence ^ SLOW_SEED)) < share => slow,
-            _ if script.latency_tail > 0.0 => script
-                .latency
-                .mul_f64(log_normal_scale(script.latency_tail, sequence)),
+            _ if script.latency_tail > 0.0 => {
+                base.mul_f64(log_normal_scale(script.latency_tail, sequence))
+            }
             _ => {
                 let spread = script.latency_spread;
                 let scale = 1.0 - spread / 2.0 + spread * roll(mix(sequence ^ SPREAD_SEED));
-                script.latency.mul_f64(scale.max(0.0))
+                base.mul_f64(scale.max(0.0))
             }
         };
         match (&shared.queue, &slot) {

@@ -42,6 +42,17 @@ async fn ask(
     Some((status, retry_after, right))
 }
 
+/// Sends `n` requests at once and checks that each got its right answer.
+async fn ask_all_at_once(server: &TestLlmServer, n: usize) {
+    let http = reqwest::Client::new();
+    let prompts: Vec<String> = (0..n).map(|i| format!("row {i}")).collect();
+    let answers = futures::future::join_all(prompts.iter().map(|p| ask(&http, server, p))).await;
+    assert!(
+        answers.iter().all(|a| a == &Some((200, None, true))),
+        "{answers:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_queueing_server_serves_its_slots_and_queues_the_rest_in_turn() {
     let latency = Duration::from_millis(500);
@@ -52,13 +63,7 @@ async fn a_queueing_server_serves_its_slots_and_queues_the_rest_in_turn() {
     })
     .await
     .unwrap();
-    let http = reqwest::Client::new();
-    let prompts: Vec<String> = (0..16).map(|i| format!("row {i}")).collect();
-    let answers = futures::future::join_all(prompts.iter().map(|p| ask(&http, &server, p))).await;
-    assert!(
-        answers.iter().all(|a| a == &Some((200, None, true))),
-        "{answers:?}"
-    );
+    ask_all_at_once(&server, 16).await;
 
     let served = server.served();
     assert_eq!(served.len(), 16);
@@ -82,6 +87,28 @@ async fn a_queueing_server_serves_its_slots_and_queues_the_rest_in_turn() {
     let area = time_weighted_mean(&changes, Duration::ZERO, end) * end.as_secs_f64();
     let waits: f64 = served.iter().map(|s| s.queued.as_secs_f64()).sum();
     assert!((area - waits).abs() < 1e-6, "area {area}, waits {waits}");
+}
+
+#[tokio::test]
+async fn a_queued_request_takes_the_latency_in_force_when_its_slot_frees() {
+    // One slot, 300 ms until 400 ms after the start, 50 ms from then on: the
+    // first request starts at once and takes 300 ms; the second, queued
+    // behind it, starts at 300 ms, when the old latency still holds; the
+    // third starts at 600 ms and takes 50.
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(300),
+        latency_steps: vec![(Duration::from_millis(400), Duration::from_millis(50))],
+        serve_at_once: Some(1),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    ask_all_at_once(&server, 3).await;
+    let mut service: Vec<Duration> = server.served().iter().map(|s| s.held - s.queued).collect();
+    service.sort();
+    let ms = Duration::from_millis;
+    assert!(service[0] >= ms(50) && service[0] < ms(250), "{service:?}");
+    assert!(service[1] >= ms(300), "{service:?}");
 }
 
 #[tokio::test]

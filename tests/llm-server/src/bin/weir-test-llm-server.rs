@@ -23,6 +23,11 @@ struct Args {
     reply: String,
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
+    /// SECONDS=MS: from SECONDS after the start on, answers take MS instead
+    /// of `--latency-ms`, as a server does when its other tenants leave or
+    /// come; repeat for more changes (`--latency-change-at 20=100`).
+    #[arg(long, value_parser = latency_change)]
+    latency_change_at: Vec<(Duration, Duration)>,
     /// Each answer takes from 1 - F/2 to 1 + F/2 times `--latency-ms`
     /// whatever the load, as a model's answers of different lengths do
     /// (1: from half to one and a half times).
@@ -141,9 +146,12 @@ async fn main() -> anyhow::Result<()> {
         args.batch_slowdown >= 0.0 && (args.batch_slowdown == 0.0 || args.serve_at_once.is_some()),
         "--batch-slowdown must be 0 or more, and goes with --serve-at-once"
     );
+    let mut latency_steps = args.latency_change_at;
+    latency_steps.sort();
     let script = Script {
         reply,
         latency,
+        latency_steps,
         latency_spread: args.latency_spread,
         latency_tail: args.latency_tail,
         capacity: args.capacity,
@@ -172,4 +180,19 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::signal::ctrl_c().await?;
     Ok(())
+}
+
+fn latency_change(arg: &str) -> Result<(Duration, Duration), String> {
+    let (at, ms) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("`{arg}`: expected SECONDS=MS, as in 20=100"))?;
+    let at = at
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("`{at}`: expected seconds since the start, 0 or more"))?;
+    let ms = ms
+        .parse::<u64>()
+        .map_err(|_| format!("`{ms}`: expected a latency in whole milliseconds"))?;
+    Ok((at, Duration::from_millis(ms)))
 }
