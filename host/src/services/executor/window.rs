@@ -451,11 +451,12 @@ impl Mirror {
     /// which has followed every request and the refill since the reports
     /// before, is kept where it lies between the two: a report that
     /// overtook others, read as the latest word, sent dozens into a window
-    /// that had no room for them. Only requests still unanswered were
-    /// counted out of that lower bound once, but answers come back out of
-    /// order too: three answered before a report that had overtaken them,
-    /// on a loaded machine, made it raise the copy by three requests the
-    /// window did not have, and all three were refused.
+    /// that had no room for them. Answers come back out of order too, so
+    /// the lower bound counts out those answered since the report's own
+    /// left: counting out only those still unanswered, three answered
+    /// before a report that had overtaken them (on a loaded machine) raised
+    /// the copy by three requests the window did not have, and all three
+    /// were refused.
     fn follow(
         mirror: &mut Option<Mirror>,
         now: Instant,
