@@ -72,9 +72,9 @@ pub enum Fault {
 pub struct Script {
     pub reply: Reply,
     pub latency: Duration,
-    /// (time since start, latency): `latency` changes at each time given,
-    /// as a server does when its other tenants leave or a larger GPU takes
-    /// over.
+    /// (time since start, latency), in order of time: `latency` changes at
+    /// each time given, as a server does when its other tenants leave or a
+    /// larger GPU takes over.
     pub latency_steps: Vec<(Duration, Duration)>,
     /// Each answer takes from `1 - spread / 2` to `1 + spread / 2` times
     /// `latency`, by a hash of its sequence number, whatever the load, as a
