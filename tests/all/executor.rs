@@ -201,7 +201,12 @@ async fn a_batching_server_is_not_held_near_half_its_batch() {
     let peak = server.peak_in_flight();
     assert!(peak >= 112, "at most {peak} in flight at once; {summary}");
     let queue = time_weighted_mean(&server.queue_changes(), Duration::ZERO, server.elapsed());
-    assert!(queue <= 64.0, "a mean queue of {queue:.1}; {summary}");
+    eprintln!("batching server: peak {peak} in flight, mean queue {queue:.1}; {summary}");
+    // Alone, a mean queue of 5.5 to 19.2 in three runs; beside the whole
+    // debug suite on a fresh clone, 65.7 once, as the server's timers and
+    // weir's answers wait for the cores. Held at the pool's 256, the queue
+    // would be 128.
+    assert!(queue <= 96.0, "a mean queue of {queue:.1}; {summary}");
 }
 
 #[tokio::test]
