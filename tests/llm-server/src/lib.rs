@@ -618,23 +618,22 @@ pub(crate) fn answer_line(
     )
 }
 
-fn latency_now(script: &Script, since_start: Duration) -> Duration {
-    script
-        .latency_steps
+/// The value of the last of `steps` (time since start, value) begun by
+/// `since_start`.
+fn step_in_force<T: Copy>(steps: &[(Duration, T)], since_start: Duration) -> Option<T> {
+    steps
         .iter()
         .rev()
         .find(|(at, _)| since_start >= *at)
-        .map_or(script.latency, |(_, latency)| *latency)
+        .map(|(_, value)| *value)
+}
+
+fn latency_now(script: &Script, since_start: Duration) -> Duration {
+    step_in_force(&script.latency_steps, since_start).unwrap_or(script.latency)
 }
 
 fn capacity_now(script: &Script, since_start: Duration) -> Option<usize> {
-    script
-        .capacity_steps
-        .iter()
-        .rev()
-        .find(|(at, _)| since_start >= *at)
-        .map(|(_, c)| *c)
-        .or(script.capacity)
+    step_in_force(&script.capacity_steps, since_start).or(script.capacity)
 }
 
 /// A well-mixed hash of the sequence number (splitmix64), for repeatable faults.

@@ -173,7 +173,8 @@ impl Limiter {
         s.controller.on_send(now, saturated);
         let (limit, rtt) = (s.controller.limit(), s.controller.srtt());
         s.pacing.dispatched(now, limit, rtt);
-        let sent = s.windows.dispatched(now);
+        let others_in_flight = s.in_flight - 1;
+        let sent = s.windows.dispatched(now, others_in_flight);
         if let Some(mut place) = place {
             s.leave(place.lane, place.id);
             place.left = true;
@@ -306,7 +307,6 @@ impl Limiter {
     fn release(&self, sent_at: Instant, in_flight: usize, signal: Signal) {
         let mut s = self.lock();
         s.in_flight -= 1;
-        s.windows.ended();
         let now = Instant::now();
         s.controller.on_answer(now, sent_at, in_flight, signal);
         // Only those a slot is free for: waking every waiter on every answer

@@ -22,8 +22,6 @@ pub struct ProviderWindows {
     tokens: [TokenWindow; 3],
     /// Requests sent so far, the number of the next one.
     sent: u64,
-    /// Requests on their way.
-    unanswered: usize,
     /// Of each window's refill, what is this endpoint's: a shard of a run
     /// whose shards share the key takes its share.
     share: f64,
@@ -145,28 +143,22 @@ impl ProviderWindows {
             requests: None,
             tokens: [Counted::All, Counted::Input, Counted::Output].map(TokenWindow::new),
             sent: 0,
-            unanswered: 0,
             share: 1.0 / f64::from(shards.max(1)),
         }
     }
 
-    /// A request leaves at `now`; returns what `follow` needs of it.
-    pub fn dispatched(&mut self, now: Instant) -> Sent {
+    /// A request leaves at `now`, `unanswered` others on their way; returns
+    /// what `follow` needs of it.
+    pub fn dispatched(&mut self, now: Instant, unanswered: usize) -> Sent {
         for mirror in self.mirrors_mut() {
             mirror.take(now);
         }
         let sent = Sent {
             number: self.sent,
-            unanswered_before: self.unanswered,
+            unanswered_before: unanswered,
         };
         self.sent += 1;
-        self.unanswered += 1;
         sent
-    }
-
-    /// A request came back, or was given up.
-    pub fn ended(&mut self) {
-        self.unanswered = self.unanswered.saturating_sub(1);
     }
 
     /// When the windows have room for the next request, if not at `now`.
@@ -548,15 +540,15 @@ mod tests {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
         assert_eq!(windows.ready_at(now), None, "nothing reported yet");
-        let first = windows.dispatched(now);
-        for _ in 0..4 {
-            windows.dispatched(now);
+        let first = windows.dispatched(now, 0);
+        for unanswered in 1..5 {
+            windows.dispatched(now, unanswered);
         }
         // 600 a minute, 5 left when the first was taken: the four sent
         // after it leave one.
         windows.follow(now, &requests(600.0, 5), first, RequestTokens::default());
         assert_eq!(windows.ready_at(now), None);
-        windows.dispatched(now);
+        windows.dispatched(now, 5);
         // Empty: the next has room once a tenth of a second refills it.
         assert_eq!(
             windows.ready_at(now),
@@ -564,7 +556,7 @@ mod tests {
         );
         let later = now + Duration::from_millis(100);
         assert_eq!(windows.ready_at(later), None);
-        windows.dispatched(later);
+        windows.dispatched(later, 6);
         assert_eq!(
             windows.ready_at(later),
             Some(later + Duration::from_millis(100))
@@ -575,19 +567,18 @@ mod tests {
     async fn a_report_that_overtook_others_opens_no_room_they_took() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
-        let first = windows.dispatched(now);
-        windows.ended();
+        // The first is answered before the others leave.
+        let first = windows.dispatched(now, 0);
         // 60 a minute: no refill to speak of within the test.
         windows.follow(now, &requests(60.0, 29), first, RequestTokens::default());
-        let mut sent: Vec<Sent> = (0..20).map(|_| windows.dispatched(now)).collect();
+        let mut sent: Vec<Sent> = (0..20).map(|n| windows.dispatched(now, n)).collect();
         // The last of the twenty reached the provider before the other
         // nineteen, which are still on their way: its report says 28 left,
         // but those nineteen will take 19 of them.
-        windows.ended();
         windows.follow(now, &requests(60.0, 28), sent[19], RequestTokens::default());
-        for _ in 0..9 {
+        for unanswered in 19..28 {
             assert_eq!(windows.ready_at(now), None);
-            sent.push(windows.dispatched(now));
+            sent.push(windows.dispatched(now, unanswered));
         }
         assert!(
             windows.ready_at(now).is_some(),
@@ -596,18 +587,13 @@ mod tests {
         // Their answers came, all but the last before its own. Its report
         // says 5 left, but the 27 sent before it may have reached the
         // provider after it and be uncounted there: the copy stays.
-        for _ in 1..sent.len() {
-            windows.ended();
-        }
         let later = now + Duration::from_millis(10);
         let last = *sent.last().unwrap();
         windows.follow(later, &requests(60.0, 5), last, RequestTokens::default());
         assert!(windows.ready_at(later).is_some(), "27 may be uncounted");
-        windows.ended();
         // The report of a request sent with none on its way is the copy's
         // whole word: one that says more than the copy raises it.
-        let alone = windows.dispatched(later);
-        windows.ended();
+        let alone = windows.dispatched(later, 0);
         windows.follow(later, &requests(60.0, 5), alone, RequestTokens::default());
         assert_eq!(windows.ready_at(later), None);
     }
@@ -616,11 +602,11 @@ mod tests {
     async fn a_window_refills_no_further_than_it_was_seen_to_hold() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         windows.follow(now, &requests(60.0, 2), sent, RequestTokens::default());
         let much_later = now + Duration::from_secs(3600);
-        windows.dispatched(much_later);
-        windows.dispatched(much_later);
+        windows.dispatched(much_later, 1);
+        windows.dispatched(much_later, 2);
         assert_eq!(
             windows.ready_at(much_later),
             Some(much_later + Duration::from_secs(1)),
@@ -641,15 +627,15 @@ mod tests {
             }),
             ..RateReport::default()
         };
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         assert_eq!(
             windows.follow(now, &report, sent, RequestTokens::default()),
             None
         );
         assert_eq!(windows.ready_at(now), None, "no cost known yet");
         windows.follow(now, &report, sent, used(100.0));
-        windows.dispatched(now);
-        windows.dispatched(now);
+        windows.dispatched(now, 1);
+        windows.dispatched(now, 2);
         // 50 tokens left, 100 a request, 1,000 a second.
         assert_eq!(windows.ready_at(now), Some(now + Duration::from_millis(50)));
     }
@@ -669,7 +655,7 @@ mod tests {
     /// Windows that `requests` requests left at `now`, and those requests.
     fn having_sent(requests: usize, now: Instant) -> (ProviderWindows, Vec<Sent>) {
         let mut windows = ProviderWindows::default();
-        let sent = (0..requests).map(|_| windows.dispatched(now)).collect();
+        let sent = (0..requests).map(|n| windows.dispatched(now, n)).collect();
         (windows, sent)
     }
 
@@ -718,7 +704,7 @@ mod tests {
         windows.follow(now, &tokens(2_500), sent[0], asks(1_000.0, 15.0));
         assert_eq!(token_cost(&windows), 1_000.0);
         assert_eq!(windows.ready_at(now), None);
-        windows.dispatched(now);
+        windows.dispatched(now, 2);
         assert_eq!(
             windows.ready_at(now),
             Some(now + Duration::from_millis(500))
@@ -818,10 +804,10 @@ mod tests {
                 output: 20.0,
             }),
         };
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         windows.follow(now, &report, sent, long_answers);
         assert_eq!(windows.ready_at(now), None, "room for one more");
-        windows.dispatched(now);
+        windows.dispatched(now, 1);
         // The output window is spent: 1,000 tokens of its refill at 16,000
         // a minute take 3.75 s.
         let wait = windows.ready_at(now).map(|at| at - now);
@@ -832,7 +818,7 @@ mod tests {
     async fn a_spent_window_of_unknown_rate_holds_until_it_resets() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         let report = RateReport {
             requests: Some(Quota {
                 per_minute: None,
@@ -853,7 +839,7 @@ mod tests {
     async fn a_shard_refills_at_its_share_of_the_rate() {
         let now = Instant::now();
         let mut windows = ProviderWindows::shared_by(4);
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         windows.follow(now, &requests(600.0, 0), sent, RequestTokens::default());
         assert_eq!(
             windows.ready_at(now),
@@ -865,13 +851,13 @@ mod tests {
     async fn a_window_first_seen_empty_does_not_hold_requests_for_ever() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         // The only request in flight comes back with nothing left: no other
         // answer will come to say the window refilled.
         windows.follow(now, &requests(600.0, 0), sent, RequestTokens::default());
         let ms = Duration::from_millis;
         assert_eq!(windows.ready_at(now), Some(now + ms(100)));
-        windows.dispatched(now + ms(100));
+        windows.dispatched(now + ms(100), 1);
         assert_eq!(windows.ready_at(now + ms(100)), Some(now + ms(200)));
         let much_later = now + Duration::from_secs(60);
         assert_eq!(windows.ready_at(much_later), None);
@@ -881,7 +867,7 @@ mod tests {
     async fn a_tiny_rate_waits_at_most_the_longest_wait() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
-        let sent = windows.dispatched(now);
+        let sent = windows.dispatched(now, 0);
         windows.follow(now, &requests(1e-300, 0), sent, RequestTokens::default());
         assert_eq!(windows.ready_at(now), Some(now + MAX_WAIT));
     }
