@@ -763,16 +763,9 @@ impl Controller {
         else {
             return;
         };
-        let base = before.min(lower);
-        let lowered = base < before * (1.0 - DRAIN_LOWERED);
-        // The server became quicker: the answers the bands hold from
-        // before would make the queue's round trip look to have risen less
-        // than the load since a lower load, and so not a queue's.
-        if lowered {
-            self.by_band = [Tally::default(); BANDS];
-            self.band_answered = [None; BANDS];
-        }
-        self.limit = self.limit.max(drain.restore);
+        let (base, restore) = (before.min(lower), drain.restore);
+        let lowered = self.lower_no_load(before, base);
+        self.limit = self.limit.max(restore);
         self.base_rtt = Some(base);
         self.drain = None;
         self.drain_again = lowered;
@@ -1264,10 +1257,29 @@ impl Controller {
         // the no-load round trip, let a queue of ten stand for seconds
         // against llama.cpp; until the seed is taken, a window has nothing
         // to be measured against.
-        let base = self.base_rtt?;
-        let base = t.no_load_at_most().map_or(base, |lower| base.min(lower));
+        let before = self.base_rtt?;
+        let base = t
+            .no_load_at_most()
+            .map_or(before, |lower| before.min(lower));
+        self.lower_no_load(before, base);
         self.base_rtt = Some(base);
         queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))
+    }
+
+    /// The no-load estimate goes from `before` to `base`; returns whether
+    /// that is by more than `DRAIN_LOWERED`, a server become quicker. The
+    /// answers the bands hold from before it would then make a queue's
+    /// round trip look to have risen less than the load since a lower
+    /// load, and so not a queue's: against a server serving 8 at once that
+    /// became twice as quick, they let the limit grow from 12 to 54 in two
+    /// seconds, each window's round trip taken for the no-load one.
+    fn lower_no_load(&mut self, before: f64, base: f64) -> bool {
+        let lowered = base < before * (1.0 - DRAIN_LOWERED);
+        if lowered {
+            self.by_band = [Tally::default(); BANDS];
+            self.band_answered = [None; BANDS];
+        }
+        lowered
     }
 
     /// `lost`: requests refused since the last change. Refusals come back
