@@ -160,7 +160,9 @@ const DRAIN_SHARE: f64 = 0.5;
 /// followed by another within `DRAIN_AGAIN_ROUND_TRIPS`, at
 /// `DRAIN_AGAIN_SHARE` of the limit: where a queue remains at half the
 /// limit, a drain lowers the estimate by a quarter at most, and a server
-/// that became twice as quick took eight drains to be measured.
+/// that became twice as quick took eight drains to be measured. A window
+/// or drain that lowers it by more forgets the answers kept by band
+/// (`Controller::lower_no_load`).
 const DRAIN_LOWERED: f64 = 0.1;
 const DRAIN_AGAIN_ROUND_TRIPS: u32 = 8;
 const DRAIN_AGAIN_SHARE: f64 = 0.25;
@@ -763,10 +765,8 @@ impl Controller {
         else {
             return;
         };
-        let (base, restore) = (before.min(lower), drain.restore);
-        let lowered = self.lower_no_load(before, base);
-        self.limit = self.limit.max(restore);
-        self.base_rtt = Some(base);
+        self.limit = self.limit.max(drain.restore);
+        let lowered = self.lower_no_load(before.min(lower));
         self.drain = None;
         self.drain_again = lowered;
         if lowered {
@@ -1261,24 +1261,27 @@ impl Controller {
         let base = t
             .no_load_at_most()
             .map_or(before, |lower| before.min(lower));
-        self.lower_no_load(before, base);
-        self.base_rtt = Some(base);
+        self.lower_no_load(base);
         queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }
 
-    /// The no-load estimate goes from `before` to `base`; returns whether
-    /// that is by more than `DRAIN_LOWERED`, a server become quicker. The
+    /// The no-load estimate becomes `base`, at most what it was; returns
+    /// whether it fell by more than `DRAIN_LOWERED`, a server become
+    /// quicker. The
     /// answers the bands hold from before it would then make a queue's
     /// round trip look to have risen less than the load since a lower
     /// load, and so not a queue's: against a server serving 8 at once that
     /// became twice as quick, they let the limit grow from 12 to 54 in two
     /// seconds, each window's round trip taken for the no-load one.
-    fn lower_no_load(&mut self, before: f64, base: f64) -> bool {
-        let lowered = base < before * (1.0 - DRAIN_LOWERED);
+    fn lower_no_load(&mut self, base: f64) -> bool {
+        let lowered = self
+            .base_rtt
+            .is_some_and(|before| base < before * (1.0 - DRAIN_LOWERED));
         if lowered {
             self.by_band = [Tally::default(); BANDS];
             self.band_answered = [None; BANDS];
         }
+        self.base_rtt = Some(base);
         lowered
     }
 
