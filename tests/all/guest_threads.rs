@@ -120,7 +120,7 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(200));
+    ws.write("in.csv", &numbered_rows(80));
     let p = ws.write(
         "p.yaml",
         &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
@@ -161,7 +161,7 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
         .unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
-        server.served().len() < 200,
+        server.served().len() < 80,
         "the run went on after the signal"
     );
 
@@ -172,9 +172,9 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rows = read_csv(&ws.path("out.csv"));
     let ids: Vec<usize> = rows[1..].iter().map(|r| r[0].parse().unwrap()).collect();
-    assert_eq!(ids, (0..200).collect::<Vec<_>>());
+    assert_eq!(ids, (0..80).collect::<Vec<_>>());
     assert_csv_rows_echoed(&ws);
-    assert_eq!(server.served().len(), 200, "no request was sent twice");
+    assert_eq!(server.served().len(), 80, "no request was sent twice");
 }
 
 #[tokio::test]

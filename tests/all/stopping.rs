@@ -168,8 +168,12 @@ async fn finish(child: tokio::process::Child) -> std::process::Output {
         .unwrap()
 }
 
+/// Rows of [`slow_echo_run`]: 9 s of answers, 4 at a time.
+const SLOW_ECHO_ROWS: usize = 120;
+
 /// A test LLM server (a test tool) echoing after 300 ms, and a workspace
-/// whose pipeline sends it 300 rows, 4 at a time: a run long enough to stop.
+/// whose pipeline sends it [`SLOW_ECHO_ROWS`] rows, 4 at a time: a run long
+/// enough to stop.
 async fn slow_echo_run() -> (TestLlmServer, Workspace, std::path::PathBuf) {
     let server = TestLlmServer::start(Script {
         reply: Reply::Echo,
@@ -179,7 +183,7 @@ async fn slow_echo_run() -> (TestLlmServer, Workspace, std::path::PathBuf) {
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(300));
+    ws.write("in.csv", &numbered_rows(SLOW_ECHO_ROWS));
     let p = ws.write(
         "p.yaml",
         &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
@@ -199,7 +203,7 @@ async fn sigterm_stops_a_run_whose_stderr_is_closed() {
     assert_eq!(out.status.code(), Some(143));
     assert_eq!(run_status(&ws), "interrupted");
     assert!(
-        server.served().len() < 300,
+        server.served().len() < SLOW_ECHO_ROWS,
         "the run went on after the signal"
     );
 }
@@ -220,7 +224,10 @@ async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary
     );
     assert_eq!(run_status(&ws), "interrupted");
     let sent_before = server.served().len();
-    assert!(sent_before < 300, "the run went on after the signal");
+    assert!(
+        sent_before < SLOW_ECHO_ROWS,
+        "the run went on after the signal"
+    );
     // Requests that waited for a slot when the signal came were never sent:
     // they are not the endpoint's, nor its failures.
     let endpoint = format!("endpoint llm: {sent_before} requests, {sent_before} ok, 0 failed");
@@ -248,8 +255,12 @@ async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary
     .await;
     let message = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{message}");
-    assert_every_row_once(&ws, 300);
-    assert_eq!(server.served().len(), 300, "no request was sent twice");
+    assert_every_row_once(&ws, SLOW_ECHO_ROWS);
+    assert_eq!(
+        server.served().len(),
+        SLOW_ECHO_ROWS,
+        "no request was sent twice"
+    );
     // Answers that came back after the stop, behind a row that had to wait,
     // were kept and are not paid for again.
     let replayed = format!(
