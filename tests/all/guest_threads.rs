@@ -119,8 +119,10 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
     })
     .await
     .unwrap();
+    // 4 s of answers, 4 at a time; the signal comes after 12.
+    let row_count = 80;
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(80));
+    ws.write("in.csv", &numbered_rows(row_count));
     let p = ws.write(
         "p.yaml",
         &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
@@ -161,7 +163,7 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
         .unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
-        server.served().len() < 80,
+        server.served().len() < row_count,
         "the run went on after the signal"
     );
 
@@ -172,9 +174,13 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let rows = read_csv(&ws.path("out.csv"));
     let ids: Vec<usize> = rows[1..].iter().map(|r| r[0].parse().unwrap()).collect();
-    assert_eq!(ids, (0..80).collect::<Vec<_>>());
+    assert_eq!(ids, (0..row_count).collect::<Vec<_>>());
     assert_csv_rows_echoed(&ws);
-    assert_eq!(server.served().len(), 80, "no request was sent twice");
+    assert_eq!(
+        server.served().len(),
+        row_count,
+        "no request was sent twice"
+    );
 }
 
 #[tokio::test]
