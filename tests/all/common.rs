@@ -46,6 +46,36 @@ pub async fn server_replying(
     .unwrap()
 }
 
+/// Sends `signal` (`INT`, `TERM`) to a running `weir`.
+pub fn send_signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().unwrap().to_string();
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits until `server` has been sent `n` requests, failing after 60 s.
+pub async fn wait_until_served(server: &weir_test_llm_server::TestLlmServer, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.served().len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never reached {n} requests"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for a signalled `weir` to exit, failing after 60 s.
+pub async fn finish(child: tokio::process::Child) -> Output {
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("weir did not stop")
+        .unwrap()
+}
+
 /// Runs `weir` with the given environment (and nothing inherited that names a key).
 pub async fn weir(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"));

@@ -141,26 +141,9 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let waited_from = std::time::Instant::now();
-    while server.served().len() < 12 {
-        assert!(
-            waited_from.elapsed() < Duration::from_secs(60),
-            "the run never reached 12 requests"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let pid = child.id().unwrap().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("weir did not stop")
-        .unwrap();
+    wait_until_served(&server, 12).await;
+    send_signal(&child, "INT");
+    let out = finish(child).await;
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
         server.served().len() < row_count,

@@ -141,33 +141,6 @@ fn spawn_run(p: &std::path::Path, base_url: &str, extra: &[&str]) -> tokio::proc
         .unwrap()
 }
 
-fn send_signal(child: &tokio::process::Child, signal: &str) {
-    let pid = child.id().unwrap().to_string();
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-async fn wait_until_served(server: &TestLlmServer, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.served().len() < n {
-        assert!(
-            Instant::now() < deadline,
-            "the run never reached {n} requests"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn finish(child: tokio::process::Child) -> std::process::Output {
-    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("weir did not stop")
-        .unwrap()
-}
-
 /// Rows of [`slow_echo_run`]: 9 s of answers, 4 at a time.
 const SLOW_ECHO_ROWS: usize = 120;
 
