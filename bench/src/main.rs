@@ -49,6 +49,8 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     println!("weir benchmark — test LLM server on loopback (a test tool, not a model)");
     guest::report().await?;
+    let weir = args.weir.clone().unwrap_or_else(throughput::default_weir);
+    throughput::fill_component_cache(&weir)?;
     throughput::report(&args).await?;
     audit::report(&args).await?;
     batch::report(&args).await?;
