@@ -3,7 +3,7 @@
 //! interleaved so that drift in the machine's load hits every mode alike.
 
 use crate::Args;
-use crate::throughput::{default_weir, run_child, write_pipeline};
+use crate::throughput::{run_child, write_pipeline};
 use std::time::Instant;
 use weir_test_llm_server::{Script, TestLlmServer};
 
@@ -38,7 +38,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     if args.skips(NAME) {
         return Ok(());
     }
-    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let weir = args.weir_binary();
     let server = TestLlmServer::start(Script::default()).await?;
     let rows = args.rows;
     let dir = std::env::temp_dir().join(format!("weir-bench-audit-{}", std::process::id()));

@@ -5,7 +5,7 @@
 //! from the answer) costs against running it once online.
 
 use crate::Args;
-use crate::throughput::{default_weir, run_child, write_pipeline};
+use crate::throughput::{run_child, write_pipeline};
 use std::time::{Duration, Instant};
 use weir_test_llm_server::{Script, TestLlmServer};
 
@@ -13,7 +13,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     if args.skips("batch api") {
         return Ok(());
     }
-    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let weir = args.weir_binary();
     println!(
         "\nbatch api: rows through one provider batch (completes 5 s after creation) vs online (no latency)"
     );

@@ -5,7 +5,7 @@
 //! change in the machine's load falls on both alike.
 
 use crate::Args;
-use crate::throughput::{Usage, default_weir, measure_child};
+use crate::throughput::{Usage, measure_child};
 use std::path::Path;
 use std::time::Instant;
 
@@ -99,7 +99,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         println!("    skipped: needs 2 cores and taskset (this process may use {cores})");
         return Ok(());
     }
-    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let weir = args.weir_binary();
     let server = LabelServer::start(&weir.with_file_name("weir-test-llm-server"))?;
     let dir = std::env::temp_dir().join(format!("weir-bench-cores-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

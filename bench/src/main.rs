@@ -36,6 +36,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// The weir binary to measure: `--weir`, else the release build beside
+    /// this one.
+    pub fn weir_binary(&self) -> std::path::PathBuf {
+        self.weir.clone().unwrap_or_else(|| {
+            let exe = std::env::current_exe().expect("own path");
+            exe.with_file_name("weir")
+        })
+    }
+
     /// Whether `--only` leaves out the scenario called `name`.
     pub fn skips(&self, name: &str) -> bool {
         self.only
@@ -49,8 +58,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     println!("weir benchmark — test LLM server on loopback (a test tool, not a model)");
     guest::report().await?;
-    let weir = args.weir.clone().unwrap_or_else(throughput::default_weir);
-    throughput::fill_component_cache(&weir)?;
+    throughput::fill_component_cache(&args.weir_binary())?;
     throughput::report(&args).await?;
     audit::report(&args).await?;
     batch::report(&args).await?;

@@ -5,7 +5,7 @@
 //! with the rows in flight.
 
 use crate::Args;
-use crate::throughput::{Usage, default_weir, run_child, write_pipeline};
+use crate::throughput::{Usage, run_child, write_pipeline};
 use std::time::{Duration, Instant};
 use weir_test_llm_server::{Script, TestLlmServer};
 
@@ -25,7 +25,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     if args.skips(NAME) {
         return Ok(());
     }
-    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let weir = args.weir_binary();
     println!("\n{NAME}: online, no cap, peak RSS is weir's VmHWM");
     let ms = Duration::from_millis;
     let by_rows = [

@@ -144,7 +144,7 @@ fn scenarios(rows: usize) -> Vec<Scenario> {
 }
 
 pub async fn report(args: &Args) -> anyhow::Result<()> {
-    let weir = args.weir.clone().unwrap_or_else(default_weir);
+    let weir = args.weir_binary();
     anyhow::ensure!(
         weir.is_file(),
         "{} not found: build it with `cargo build --release -p weir`",
@@ -514,11 +514,6 @@ pub fn fill_component_cache(weir: &Path) -> anyhow::Result<()> {
         String::from_utf8_lossy(&output.stderr)
     );
     Ok(())
-}
-
-pub fn default_weir() -> PathBuf {
-    let exe = std::env::current_exe().expect("own path");
-    exe.with_file_name("weir")
 }
 
 pub struct Usage {
