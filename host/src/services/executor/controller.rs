@@ -23,6 +23,8 @@
 //!   their send: refusals as frequent at a few in flight as at many do not
 //!   come from the load, and that is known before any cut is judged; and
 //!   a level in flight where they are rare bounds the usual share from above.
+//!   Past a half only where one to three in flight are refused nearly as
+//!   often, by an endpoint that had answered many more at once.
 //! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
 //!   no-load estimate shrinks the limit in proportion, which holds the
 //!   server's queue at about half of what it serves at once. The answers
@@ -64,9 +66,13 @@ const TOLERANCE: f64 = 1.5;
 /// Nor is one less than this (seconds) above it: against a server that
 /// answers in a millisecond, the host's own scheduling is all the variation.
 const RTT_NOISE: f64 = 0.02;
-/// Refusing more than this share is never taken for the endpoint's usual
-/// noise: an endpoint that refuses everything is over capacity.
+/// Refusing more than this share is not taken for the endpoint's usual
+/// noise (an endpoint that refuses everything is over capacity), unless
+/// the refusals come at one to three in flight (`Controller::most_usual`).
 const MAX_USUAL_LOSS: f64 = 0.5;
+/// See `Controller::most_usual`.
+const FEW_REFUSED: f64 = 0.75;
+const SERVED_MANY: u32 = 16;
 /// Weight of the newest stretch of answers in the usual loss rate.
 const LOSS_WEIGHT: f64 = 0.2;
 /// Answers pooled before the usual loss rate may fall.
@@ -442,6 +448,8 @@ pub struct Controller {
     /// A window at a full limit came back without a refusal: the endpoint
     /// took that many at once.
     served_full_window: bool,
+    /// The most answers a window has brought.
+    most_answered: u32,
     /// Answers by the requests in flight when theirs was sent, in bands of
     /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
     /// the endpoint refuses whatever the load (`usual_share`), and whether
@@ -501,6 +509,7 @@ impl Controller {
             }; SLOW_START_DELAY_SAMPLE],
             answers_seen: 0,
             served_full_window: false,
+            most_answered: 0,
             by_band: [Tally::default(); BANDS],
             band_answered: [None; BANDS],
             peak: limit,
@@ -1005,6 +1014,7 @@ impl Controller {
         let tally = std::mem::take(&mut self.window.tally);
         let next = std::mem::take(&mut self.next);
         self.served_full_window |= saturated && tally.lost == 0 && tally.ok > 0;
+        self.most_answered = self.most_answered.max(tally.ok);
         // A window sent (in part) before the last change says nothing of it,
         // nor one sent while a drain holds the limit down.
         if self.window.start >= self.last_change
@@ -1214,7 +1224,7 @@ impl Controller {
             .map(|t| f64::from(t.lost) / f64::from(t.ok + t.lost))
             .fold(f64::INFINITY, f64::min);
         let usual = if least.is_finite() {
-            self.usual_loss.max(least.min(MAX_USUAL_LOSS))
+            self.usual_loss.max(least.min(self.most_usual()))
         } else {
             self.usual_loss
         };
@@ -1230,6 +1240,32 @@ impl Controller {
             .map(|t| upper_bound(t.lost, t.ok + t.lost))
             .fold(1.0, f64::min);
         usual.min(bound)
+    }
+
+    /// The most the usual share may be: `MAX_USUAL_LOSS`, or more where
+    /// the requests sent with one to three in flight were refused at least
+    /// `FEW_REFUSED` of the time by an endpoint that had answered
+    /// `SERVED_MANY` in one window: load so small is not what a server
+    /// with that room refuses, so the refusals are a provider's burst, and
+    /// cuts below one to three slots only starve the run. Against answers
+    /// in 3 s, a burst refusing 97 % for 5 s of every 15 held the limit at
+    /// one or two for the rest of the run, 46 times as long as a fixed
+    /// concurrency. A client that never had that room (a shard that began
+    /// after its siblings filled the server) is refused at one in flight
+    /// by the load of others, and cutting is what shares the server.
+    fn most_usual(&self) -> f64 {
+        let [one, two_or_three, ..] = &self.by_band;
+        let lost = one.lost + two_or_three.lost;
+        let n = one.ok + two_or_three.ok + lost;
+        if n < BAND_SAMPLE || self.most_answered < SERVED_MANY {
+            return MAX_USUAL_LOSS;
+        }
+        let share = f64::from(lost) / f64::from(n);
+        if share >= FEW_REFUSED {
+            share
+        } else {
+            MAX_USUAL_LOSS
+        }
     }
 
     /// Whether the limit is within a slot of where the last cut found the
@@ -1535,6 +1571,45 @@ mod tests {
             "not cut at {}",
             controller.limit()
         );
+    }
+
+    #[test]
+    fn most_refused_at_one_in_flight_is_the_usual_share_once_many_were_served() {
+        // A provider's burst refusing nearly everything, at any load.
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 128, start);
+        controller.by_band[0] = Tally {
+            ok: 8,
+            lost: 92,
+            ..Tally::default()
+        };
+        controller.by_band[1] = Tally {
+            ok: 10,
+            lost: 90,
+            ..Tally::default()
+        };
+        controller.by_band[5] = Tally {
+            ok: 30,
+            lost: 200,
+            ..Tally::default()
+        };
+        // A client that never had more answered at once (a shard started
+        // into a server its siblings fill) takes them for load.
+        controller.most_answered = SERVED_MANY - 1;
+        assert_eq!(controller.usual_share(), MAX_USUAL_LOSS);
+        controller.most_answered = SERVED_MANY;
+        let usual = controller.usual_share();
+        assert!((0.86..0.88).contains(&usual), "{usual}");
+        // Refused less often at one to three in flight: no more than half
+        // counts, however many were served.
+        for band in 0..2 {
+            controller.by_band[band] = Tally {
+                ok: 40,
+                lost: 60,
+                ..Tally::default()
+            };
+        }
+        assert_eq!(controller.usual_share(), MAX_USUAL_LOSS);
     }
 
     #[test]
