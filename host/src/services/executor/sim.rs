@@ -1132,10 +1132,11 @@ async fn random_error_bursts_cost_little_against_the_best_fixed_concurrency() {
 /// requests refused in a quarter of the 1 s windows (the server's own
 /// `schedule`, or those drawn with `seed`), 3 % outside them, each refusal
 /// asking for a second's wait; over a wire of 0.75 to 2.25 ms each way.
+/// Answers take 100 ms, or `WEIR_SIM_LATENCY_MS`.
 fn dense_bursts(schedule: Option<weir_test_llm_server::Bursts>, seed: u64) -> impl Fn() -> Rc<Sim> {
     let server = Server::WindowBursts {
         cap: 64,
-        latency: LATENCY,
+        latency: env_number("WEIR_SIM_LATENCY_MS").map_or(LATENCY, Duration::from_millis),
         window: Duration::from_secs(1),
         chance: 25,
         share: 80,
