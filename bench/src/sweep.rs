@@ -42,6 +42,14 @@ fn sweeps(latency: Duration) -> Vec<Sweep> {
             schedules: &[0, 1, 2],
         },
         Sweep {
+            name: "ChaosLLM stress_extreme (31 % 429/529/503 at any time, 97 % in the first 5 s \
+                   of every 15), no cap",
+            rows: 2000,
+            script: presets::stress_extreme(latency),
+            limit: Duration::from_secs(120).mul_f64(slower),
+            schedules: &[0],
+        },
+        Sweep {
             name: "chaos preset (25 % faults: 429/529/503/502/504/500, resets, 1.25 % hangs of \
                    30-60 s, HTML and truncated bodies; 3 % slow)",
             rows: 1000,

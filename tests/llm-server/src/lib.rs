@@ -239,11 +239,17 @@ pub struct Bursts {
     /// Picks the schedule: each seed makes other windows bursts, with the
     /// same share of them.
     pub schedule: u64,
+    /// When given, the bursts are instead the first `window` of every
+    /// `every`, from the start, as ChaosLLM's presets throw them.
+    pub every: Option<Duration>,
 }
 
 impl Bursts {
     /// Whether `since_start` falls in a burst.
     pub fn covers(&self, since_start: Duration) -> bool {
+        if let Some(every) = self.every {
+            return since_start.as_nanos() % every.as_nanos().max(1) < self.window.as_nanos();
+        }
         let index = since_start.as_nanos() / self.window.as_nanos().max(1);
         // Schedule 0 is the one the server had before schedules were named.
         let schedule = match self.schedule {

@@ -53,8 +53,32 @@ pub fn error_bursts(latency: Duration) -> Script {
             share: 0.8,
             statuses,
             schedule: 0,
+            every: None,
         }),
         retry_after_seconds: Some(1.0),
+        ..Script::default()
+    }
+}
+
+/// Like ChaosLLM's `stress_extreme` preset: 31 % of requests refused at any
+/// time and 97 % in the first 5 s of every 15 s, from the start, whatever
+/// the load; 429, 529 and 503 alike, with `Retry-After: 2` (the middle of
+/// ChaosLLM's 1 to 3 s).
+pub fn stress_extreme(latency: Duration) -> Script {
+    let statuses = vec![429, 529, 503];
+    Script {
+        latency,
+        fault_rate: 0.31,
+        fault_kinds: statuses.iter().map(|&s| Fault::Status(s)).collect(),
+        bursts: Some(Bursts {
+            window: Duration::from_secs(5),
+            chance: 1.0,
+            share: 0.97,
+            statuses,
+            schedule: 0,
+            every: Some(Duration::from_secs(15)),
+        }),
+        retry_after_seconds: Some(2.0),
         ..Script::default()
     }
 }

@@ -184,7 +184,21 @@ fn bursts(chance: f64, share: f64) -> Bursts {
         share,
         statuses: vec![429, 529, 503],
         schedule: 0,
+        every: None,
     }
+}
+
+#[test]
+fn periodic_bursts_are_the_first_window_of_every_period() {
+    let periodic = Bursts {
+        window: Duration::from_secs(5),
+        every: Some(Duration::from_secs(15)),
+        ..bursts(0.0, 0.97)
+    };
+    let at = Duration::from_millis;
+    assert!(periodic.covers(at(0)) && periodic.covers(at(4_999)));
+    assert!(!periodic.covers(at(5_000)) && !periodic.covers(at(14_999)));
+    assert!(periodic.covers(at(15_000)) && !periodic.covers(at(20_000)));
 }
 
 #[test]

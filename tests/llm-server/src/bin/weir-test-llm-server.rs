@@ -82,7 +82,9 @@ struct Args {
     /// (like ChaosLLM's preset: a quarter of requests fail with 429, 529,
     /// 503, 502, 504, 500, resets, 30–60 s hangs, HTML or truncated bodies;
     /// some answers slow); bursts (3 % of requests refused at any time, 80 %
-    /// in bursts covering a quarter of the time, whatever the load).
+    /// in bursts covering a quarter of the time, whatever the load);
+    /// stress_extreme (like ChaosLLM's: 31 % refused at any time, 97 % in
+    /// the first 5 s of every 15 s).
     #[arg(long)]
     preset: Option<String>,
     /// With `--preset bursts`: which windows are bursts. Each number is
@@ -124,7 +126,10 @@ async fn main() -> anyhow::Result<()> {
         None => Script::default(),
         Some("chaos") => presets::chaos(latency),
         Some("bursts") => presets::error_bursts(latency),
-        Some(other) => anyhow::bail!("unknown --preset `{other}`: use chaos or bursts"),
+        Some("stress_extreme") => presets::stress_extreme(latency),
+        Some(other) => {
+            anyhow::bail!("unknown --preset `{other}`: use chaos, bursts or stress_extreme")
+        }
     };
     let bursts = base
         .bursts
