@@ -42,22 +42,7 @@ pub fn chaos(latency: Duration) -> Script {
 /// window's index) in which 80 % are refused; 429, 529 and 503 alike, with
 /// `Retry-After: 1`.
 pub fn error_bursts(latency: Duration) -> Script {
-    let statuses = vec![429, 529, 503];
-    Script {
-        latency,
-        fault_rate: 0.03,
-        fault_kinds: statuses.iter().map(|&s| Fault::Status(s)).collect(),
-        bursts: Some(Bursts {
-            window: Duration::from_secs(1),
-            chance: 0.25,
-            share: 0.8,
-            statuses,
-            schedule: 0,
-            every: None,
-        }),
-        retry_after_seconds: Some(1.0),
-        ..Script::default()
-    }
+    refused_whatever_the_load(latency, 0.03, Duration::from_secs(1), 0.25, 0.8, None, 1.0)
 }
 
 /// Like ChaosLLM's `stress_extreme` preset: 31 % of requests refused at any
@@ -65,20 +50,43 @@ pub fn error_bursts(latency: Duration) -> Script {
 /// the load; 429, 529 and 503 alike, with `Retry-After: 2` (the middle of
 /// ChaosLLM's 1 to 3 s).
 pub fn stress_extreme(latency: Duration) -> Script {
+    refused_whatever_the_load(
+        latency,
+        0.31,
+        Duration::from_secs(5),
+        1.0,
+        0.97,
+        Some(Duration::from_secs(15)),
+        2.0,
+    )
+}
+
+/// `outside` of the requests refused at any time and `share` within bursts
+/// (see `Bursts` for `window`, `chance` and `every`), with 429, 529 and 503
+/// alike, each asking for `retry_after_seconds`.
+fn refused_whatever_the_load(
+    latency: Duration,
+    outside: f64,
+    window: Duration,
+    chance: f64,
+    share: f64,
+    every: Option<Duration>,
+    retry_after_seconds: f64,
+) -> Script {
     let statuses = vec![429, 529, 503];
     Script {
         latency,
-        fault_rate: 0.31,
+        fault_rate: outside,
         fault_kinds: statuses.iter().map(|&s| Fault::Status(s)).collect(),
         bursts: Some(Bursts {
-            window: Duration::from_secs(5),
-            chance: 1.0,
-            share: 0.97,
+            window,
+            chance,
+            share,
             statuses,
             schedule: 0,
-            every: Some(Duration::from_secs(15)),
+            every,
         }),
-        retry_after_seconds: Some(2.0),
+        retry_after_seconds: Some(retry_after_seconds),
         ..Script::default()
     }
 }
