@@ -68,9 +68,9 @@ const TOLERANCE: f64 = 1.5;
 const RTT_NOISE: f64 = 0.02;
 /// Refusing more than this share is not taken for the endpoint's usual
 /// noise (an endpoint that refuses everything is over capacity), unless
-/// the refusals come at one to three in flight (`Controller::most_usual`).
+/// the refusals come at one to three in flight (`Controller::refused_at_few`).
 const MAX_USUAL_LOSS: f64 = 0.5;
-/// See `Controller::most_usual`.
+/// See `Controller::refused_at_few`.
 const FEW_REFUSED: f64 = 0.75;
 const SERVED_MANY: u32 = 16;
 /// Weight of the newest stretch of answers in the usual loss rate.
@@ -1238,7 +1238,8 @@ impl Controller {
             .map(|t| f64::from(t.lost) / f64::from(t.ok + t.lost))
             .fold(f64::INFINITY, f64::min);
         let usual = if least.is_finite() {
-            self.usual_loss.max(least.min(self.most_usual()))
+            let most = self.refused_at_few().unwrap_or(MAX_USUAL_LOSS);
+            self.usual_loss.max(least.min(most))
         } else {
             self.usual_loss
         };
@@ -1256,23 +1257,18 @@ impl Controller {
         usual.min(bound)
     }
 
-    /// The most the usual share may be: `MAX_USUAL_LOSS`, or more where
-    /// the requests sent with one to three in flight were refused at least
-    /// `FEW_REFUSED` of the time by an endpoint that had answered
-    /// `SERVED_MANY` in one window: load so small is not what a server
-    /// with that room refuses, so the refusals are a provider's burst, and
-    /// cuts below one to three slots only starve the run. Against answers
-    /// in 3 s, a burst refusing 97 % for 5 s of every 15 held the limit at
-    /// one or two for the rest of the run, 46 times as long as a fixed
-    /// concurrency. A client that never had that room (a shard that began
-    /// after its siblings filled the server) is refused at one in flight
-    /// by the load of others, and cutting is what shares the server.
-    fn most_usual(&self) -> f64 {
-        self.refused_at_few().unwrap_or(MAX_USUAL_LOSS)
-    }
-
     /// The share refused at one to three in flight, where it says the
-    /// endpoint refuses whatever the load (see `most_usual`).
+    /// endpoint refuses whatever the load: `FEW_REFUSED` of the time or
+    /// more, by an endpoint that had answered `SERVED_MANY` in one window.
+    /// Load so small is not what a server with that room refuses, so the
+    /// refusals are a provider's burst, and cuts below one to three slots
+    /// only starve the run: against answers in 3 s, a burst refusing 97 %
+    /// for 5 s of every 15 held the limit at one or two for the rest of the
+    /// run, 46 times as long as a fixed concurrency. The usual share may
+    /// then pass `MAX_USUAL_LOSS`, up to this share. A client that never had
+    /// that room (a shard that began after its siblings filled the server)
+    /// is refused at one in flight by the load of others, and cutting is
+    /// what shares the server.
     fn refused_at_few(&self) -> Option<f64> {
         let [one, two_or_three, ..] = &self.by_band;
         let lost = one.lost + two_or_three.lost;
@@ -1522,6 +1518,15 @@ fn growth_per_round_trip(limit: f64, ceiling: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// `ok` answered and `lost` refused.
+    fn tally(ok: u32, lost: u32) -> Tally {
+        Tally {
+            ok,
+            lost,
+            ..Tally::default()
+        }
+    }
+
     /// A controller that has had answers to 4,000 requests sent with 1 to
     /// `levels` in flight, in turn, each refused when `refused(i, in_flight)`.
     fn answered(levels: usize, refused: impl Fn(usize, usize) -> bool) -> Controller {
@@ -1564,11 +1569,7 @@ mod tests {
         let start = Instant::now();
         let mut controller = Controller::new(4, 128, start);
         let limit = controller.start_from(64, 32) as usize;
-        controller.by_band[3] = Tally {
-            ok: 80,
-            lost: 20,
-            ..Tally::default()
-        };
+        controller.by_band[3] = tally(80, 20);
         let at = start + Duration::from_millis(10);
         for i in 0..2 * limit {
             controller.on_send(at, false);
@@ -1593,21 +1594,9 @@ mod tests {
         // A provider's burst refusing nearly everything, at any load.
         let start = Instant::now();
         let mut controller = Controller::new(4, 128, start);
-        controller.by_band[0] = Tally {
-            ok: 8,
-            lost: 92,
-            ..Tally::default()
-        };
-        controller.by_band[1] = Tally {
-            ok: 10,
-            lost: 90,
-            ..Tally::default()
-        };
-        controller.by_band[5] = Tally {
-            ok: 30,
-            lost: 200,
-            ..Tally::default()
-        };
+        controller.by_band[0] = tally(8, 92);
+        controller.by_band[1] = tally(10, 90);
+        controller.by_band[5] = tally(30, 200);
         // A client that never had more answered at once (a shard started
         // into a server its siblings fill) takes them for load.
         controller.most_answered = SERVED_MANY - 1;
@@ -1617,12 +1606,8 @@ mod tests {
         assert!((0.86..0.88).contains(&usual), "{usual}");
         // Refused less often at one to three in flight: no more than half
         // counts, however many were served.
-        for band in 0..2 {
-            controller.by_band[band] = Tally {
-                ok: 40,
-                lost: 60,
-                ..Tally::default()
-            };
+        for few in 0..2 {
+            controller.by_band[few] = tally(40, 60);
         }
         assert_eq!(controller.usual_share(), MAX_USUAL_LOSS);
     }
@@ -1634,16 +1619,8 @@ mod tests {
         // below, fewer answers and hardly a refusal.
         let start = Instant::now();
         let mut controller = Controller::new(4, 64, start);
-        controller.by_band[2] = Tally {
-            ok: 36,
-            lost: 2,
-            ..Tally::default()
-        };
-        controller.by_band[3] = Tally {
-            ok: 64,
-            lost: 63,
-            ..Tally::default()
-        };
+        controller.by_band[2] = tally(36, 2);
+        controller.by_band[3] = tally(64, 63);
         let usual = controller.usual_share();
         assert!(usual < 0.2, "{usual}");
         assert!((0.15..0.2).contains(&upper_bound(2, 38)));
@@ -1657,11 +1634,7 @@ mod tests {
         let start = Instant::now();
         let mut controller = Controller::new(4, 64, start);
         controller.limit = 26.0;
-        let clean = Tally {
-            ok: 7,
-            lost: 0,
-            ..Tally::default()
-        };
+        let clean = tally(7, 0);
         controller.judge(clean, true, start);
         assert_eq!(controller.floor(), 3);
     }
