@@ -365,9 +365,30 @@ struct Cut {
     /// restored, it sent the limit down against servers with mixed
     /// faults: `sim.rs`, 1.01 → 1.18 times the best fixed.)
     ceiling_before: f64,
+    /// Requests sent before it that were answered after it.
+    answered_before: u32,
 }
 
 impl Cut {
+    /// What the endpoint was found to serve at `before`, where growth heads
+    /// back to rather than `before` itself, which slow start may have
+    /// overshot threefold: the share not refused of `before`, or the
+    /// requests sent before the cut that were answered, whichever is more.
+    /// A burst of refusals thrown whatever the load refuses nearly every
+    /// request sent during it, and the share alone put the ceiling at a
+    /// few slots, while the requests the endpoint took before the burst
+    /// came back answered: 83 of them, against answers in 3 s.
+    fn served(&self) -> f64 {
+        (self.before * (1.0 - self.refused_share()))
+            .max(f64::from(self.answered_before))
+            .min(self.before)
+    }
+
+    /// The share of `before` refused of the requests sent before it.
+    fn refused_share(&self) -> f64 {
+        (f64::from(self.refused_before) / self.before.max(1.0)).min(1.0)
+    }
+
     /// Whether the answers a window after the cut brought say it cost
     /// throughput: against a server at capacity a cut trims refusals and
     /// the answers per round trip hold; against refusals that have nothing
@@ -459,6 +480,9 @@ pub struct Controller {
     served_full_window: bool,
     /// The most answers a window has brought.
     most_answered: u32,
+    /// The limit grew back towards the ceiling as in slow start since the
+    /// last cut.
+    grew_back: bool,
     /// Answers by the requests in flight when theirs was sent, in bands of
     /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
     /// the endpoint refuses whatever the load (`usual_share`), and whether
@@ -519,6 +543,7 @@ impl Controller {
             answers_seen: 0,
             served_full_window: false,
             most_answered: 0,
+            grew_back: false,
             by_band: [Tally::default(); BANDS],
             band_answered: [None; BANDS],
             peak: limit,
@@ -621,20 +646,21 @@ impl Controller {
         if signal == Signal::Success {
             self.on_success(now, sent_at, in_flight);
         }
+        if let Some(cut) = self.pending.as_mut()
+            && sent_at < cut.at
+        {
+            match signal {
+                Signal::Overload => {
+                    cut.refused_before += 1;
+                    cut.loss_before = cut.loss_before.max(cut.refused_share());
+                }
+                Signal::Success => cut.answered_before += 1,
+                Signal::Neutral => {}
+            }
+            self.ceiling = cut.served().max(self.limit);
+        }
         if signal == Signal::Overload {
             self.last_refusal = Some(now);
-            if let Some(cut) = self.pending.as_mut()
-                && sent_at < cut.at
-            {
-                cut.refused_before += 1;
-                let share = (f64::from(cut.refused_before) / cut.before.max(1.0)).min(1.0);
-                cut.loss_before = cut.loss_before.max(share);
-                // Growth heads back to what was served at `before`, not to
-                // `before` itself, which slow start may have overshot
-                // threefold.
-                let served = (cut.before * (1.0 - share)).max(self.limit);
-                self.ceiling = self.ceiling.min(served);
-            }
         }
         self.count_in_band(now, sent_at, in_flight, signal);
         self.tally(sent_at, in_flight, signal, now);
@@ -985,7 +1011,17 @@ impl Controller {
     }
 
     fn grow(&mut self) {
-        let per_round_trip = if self.slow_start {
+        // Far below what the endpoint was found to serve, the limit grows
+        // back as in slow start, as TCP does below its threshold after a
+        // timeout: the endpoint took that many at once before, and a burst
+        // of refusals that cut the limit to a few slots against answers in
+        // 3 s otherwise took the ten seconds between bursts to climb back.
+        let recovering = self.limit < self.ceiling * (1.0 - MAX_CUT)
+            && self
+                .last_loss
+                .is_some_and(|loss| loss <= self.usual_share().max(SLOW_START_NOISE));
+        self.grew_back |= recovering;
+        let per_round_trip = if self.slow_start || recovering {
             SLOW_START_GAIN * self.limit.floor()
         } else {
             growth_per_round_trip(self.limit, self.ceiling)
@@ -1364,7 +1400,16 @@ impl Controller {
         // one made in a run's first burst of refusals at 4 slots was still
         // pending at 46, and the cuts merged into it were measured against
         // that burst and kept.
-        let first = self.pending.take().filter(|cut| self.limit <= cut.before);
+        //
+        // Nor is a cut after growing back from the last (see `grow`): it is
+        // the endpoint's word on its room now. Merged, it headed back to
+        // what the first cut found served: against a server whose room fell
+        // from 64 to 16, to 64 again and again, refused each time.
+        let grew_back = std::mem::take(&mut self.grew_back);
+        let first = self
+            .pending
+            .take()
+            .filter(|cut| self.limit <= cut.before && !grew_back);
         // One refusal where the last cut was made, no other cut pending:
         // the probe found the same edge again, so one slot below it is
         // enough. A share (at least `MIN_CUT`) each time cost a run against
@@ -1372,6 +1417,13 @@ impl Controller {
         // several round trips.
         let at_edge = !self.slow_start && lost <= 1 && first.is_none() && self.at_edge();
         let trigger = f64::from(lost) / self.limit;
+        // Cuts in a row head back to what the first found served, not to
+        // the limit each was made at: cut after cut by a dense burst of
+        // refusals, growth otherwise headed back to a few slots, and took
+        // the rest of the run to find the endpoint's room again.
+        let ceiling = first
+            .as_ref()
+            .map_or(self.limit, |first| first.served().max(self.limit));
         self.pending = Some(match first {
             Some(first) => first,
             None => Cut {
@@ -1381,6 +1433,7 @@ impl Controller {
                 at: now,
                 refused_before: lost,
                 ceiling_before: self.ceiling,
+                answered_before: 0,
             },
         });
         let cut = if at_edge {
@@ -1398,7 +1451,7 @@ impl Controller {
         // (Against an endpoint with room for one or two, slow start's
         // overshoot puts refusals in every window, and without the second
         // test slow start went on for the whole run at three calls a row.)
-        self.ceiling = self.limit;
+        self.ceiling = ceiling;
         if self.limit <= self.floor {
             // Losses at the floor: the endpoint has less room than it had.
             self.floor = cut.floor().max(1.0);
@@ -1610,6 +1663,49 @@ mod tests {
             controller.by_band[few] = tally(40, 60);
         }
         assert_eq!(controller.usual_share(), MAX_USUAL_LOSS);
+    }
+
+    #[test]
+    fn a_burst_that_cuts_again_and_again_heads_back_to_what_was_answered() {
+        // 80 in flight, then a provider's burst refusing every request sent
+        // during it, each refusal back at once: cut after cut.
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 256, start);
+        controller.start_from(107, 8);
+        let limit = controller.limit();
+        assert_eq!(limit, 80);
+        for _ in 0..limit {
+            controller.on_send(start, true);
+        }
+        let burst = start + Duration::from_millis(10);
+        for _ in 0..200 {
+            controller.on_send(burst, true);
+            controller.on_answer(burst, burst, limit, Signal::Overload);
+        }
+        assert!(controller.limit() <= 10, "cut to {}", controller.limit());
+        // The requests sent before the burst were taken, and come back.
+        let answered = start + Duration::from_secs(3);
+        for _ in 0..limit {
+            controller.on_answer(answered, start, limit, Signal::Success);
+        }
+        assert!(controller.ceiling >= 72.0, "{}", controller.ceiling);
+
+        // Growth by round trips of answers at the limit: while refusals
+        // stay beyond the usual share, slowly; once back to it, as in slow
+        // start, up to half the ceiling within two round trips.
+        let grown = |last_loss: f64| {
+            let mut c = Controller::new(4, 256, start);
+            (c.slow_start, c.limit, c.ceiling) = (false, 5.0, 80.0);
+            c.last_loss = Some(last_loss);
+            for _ in 0..2 {
+                for _ in 0..c.limit() {
+                    c.grow();
+                }
+            }
+            c.limit
+        };
+        assert!(grown(0.95) < 15.0, "{}", grown(0.95));
+        assert!(grown(0.0) >= 40.0, "{}", grown(0.0));
     }
 
     #[test]
