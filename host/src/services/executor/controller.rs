@@ -675,7 +675,21 @@ impl Controller {
             let lost = self.since_change.lost;
             // A cut not yet judged is not cut again, since whether it helped
             // decides what the refusals were, unless they are massive.
-            let massive = f64::from(lost) > MASSIVE_LOSS * self.at_risk();
+            //
+            // An endpoint known to refuse whatever the load is cut at most
+            // once a round trip all the same: a burst of its refusals, each
+            // back in a millisecond, is as massive as slow start's overshoot,
+            // and against answers in a second cut after cut took the limit
+            // from 64 to one or two within one burst, to grow back for
+            // longer than the gap to the next (`sim.rs`: 3.34 times the best
+            // fixed concurrency; 1.80 so). Slow start's overshoot, and a
+            // server that refuses only for want of room, are cut as often as
+            // they refuse that densely: a cut a round trip left a server
+            // whose room fell from 64 to 16 refusing a fifth of the requests.
+            let massive = f64::from(lost) > MASSIVE_LOSS * self.at_risk()
+                && (self.slow_start
+                    || self.usual_share() < MIN_CUT
+                    || now >= self.last_change + self.window_len());
             if signal == Signal::Overload
                 && (self.pending.is_none() || massive)
                 && self.overloaded(lost)
