@@ -11,10 +11,7 @@
 //!
 //! - Slow start: while the limit is reached, every answer adds two slots (the
 //!   limit triples per round trip: 4 → 12 → 36 in two round trips), until
-//!   queueing, or losses beyond a few in a hundred that the load above the
-//!   cut limit made: refused more often than the requests sent with fewer
-//!   in flight. Losses as frequent at every load cut the limit, and slow
-//!   start goes on from there.
+//!   losses beyond a few in a hundred, or queueing.
 //! - Losses beyond the endpoint's usual share (see below) cut the limit by the
 //!   share of requests that were refused (between 10 % and half), never below
 //!   a learned floor unless the floor itself was already reached. Cuts in a
@@ -494,6 +491,9 @@ pub struct Controller {
     /// has not yet confirmed the queue: where the limit goes if it does,
     /// and until when.
     queue_met: Option<(f64, Instant)>,
+    /// A window at a full limit came back without a refusal: the endpoint
+    /// took that many at once.
+    served_full_window: bool,
     /// The most answers a window has brought.
     most_answered: u32,
     /// The limit grew back towards the ceiling as in slow start since the
@@ -502,7 +502,7 @@ pub struct Controller {
     /// Answers by the requests in flight when theirs was sent, in bands of
     /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
     /// the endpoint refuses whatever the load (`usual_share`), and whether
-    /// slow start's refusals came from above a cut (`refused_more_above`),
+    /// slow start's refusals came from above a cut (`mostly_answered_up_to`),
     /// and the round trip at lower loads (`not_a_queue`).
     by_band: [Tally; BANDS],
     /// When each band was last answered.
@@ -557,6 +557,7 @@ impl Controller {
                 in_flight: 0.0,
             }; SLOW_START_DELAY_SAMPLE],
             answers_seen: 0,
+            served_full_window: false,
             most_answered: 0,
             grew_back: false,
             by_band: [Tally::default(); BANDS],
@@ -697,15 +698,14 @@ impl Controller {
             // and against answers in a second cut after cut took the limit
             // from 64 to one or two within one burst, to grow back for
             // longer than the gap to the next (`sim.rs`: 3.34 times the best
-            // fixed concurrency; 1.80 so), in slow start as after it (81
-            // slots to 7 within 30 ms against answers in 3 s). Slow start's
-            // overshoot of a server's room, which ends slow start (see
-            // `refused_more_above`), and a server that refuses only for want
-            // of room, are cut as often as they refuse that densely: a cut a
-            // round trip left a server whose room fell from 64 to 16
-            // refusing a fifth of the requests.
+            // fixed concurrency; 1.80 so). Slow start's overshoot, and a
+            // server that refuses only for want of room, are cut as often as
+            // they refuse that densely: a cut a round trip left a server
+            // whose room fell from 64 to 16 refusing a fifth of the requests.
             let massive = f64::from(lost) > MASSIVE_LOSS * self.at_risk()
-                && (self.usual_share() < MIN_CUT || now >= self.last_change + self.window_len());
+                && (self.slow_start
+                    || self.usual_share() < MIN_CUT
+                    || now >= self.last_change + self.window_len());
             if signal == Signal::Overload
                 && (self.pending.is_none() || massive)
                 && self.overloaded(lost)
@@ -1093,6 +1093,7 @@ impl Controller {
         let saturated = self.last_saturated >= self.window.start;
         let tally = std::mem::take(&mut self.window.tally);
         let next = std::mem::take(&mut self.next);
+        self.served_full_window |= saturated && tally.lost == 0 && tally.ok > 0;
         self.most_answered = self.most_answered.max(tally.ok);
         // A window sent (in part) before the last change says nothing of it,
         // nor one sent while a drain holds the limit down.
@@ -1479,60 +1480,34 @@ impl Controller {
         // it: a burst of random refusals in a run's first second left the
         // limit at one or two slots, growing a slot a round trip, for
         // seconds after the burst. Slow start goes on from the cut limit
-        // until the requests sent with no more in flight than the cut limit
-        // were mostly answered and refused less than those sent with more:
-        // then the refusals came from the load above it. (Against an
-        // endpoint with room for one or two, slow start's overshoot puts
-        // refusals in every window, and without this test slow start went
-        // on for the whole run at three calls a row.) A window at a full
-        // limit that came back clean ended it too, until an endpoint that
-        // refuses a fixed share at any time showed that such a window is
-        // chance: seven in a hundred refused, a window of 27 answers came
-        // back clean, and slow start ended at 40 slots where the endpoint took
-        // 256 (`sim.rs`: ChaosLLM's `realistic` with answers in 3 s, 2.15
-        // times the best fixed concurrency; 1.30 since).
+        // until a window at a full limit comes back clean, or until the
+        // requests sent with no more in flight than the cut limit were
+        // mostly answered: then the refusals came from the load above it.
+        // (Against an endpoint with room for one or two, slow start's
+        // overshoot puts refusals in every window, and without the second
+        // test slow start went on for the whole run at three calls a row.)
         self.ceiling = ceiling;
         if self.limit <= self.floor {
             // Losses at the floor: the endpoint has less room than it had.
             self.floor = cut.floor().max(1.0);
         }
         self.limit = cut.max(self.floor).max(1.0);
-        self.slow_start = self.slow_start && !self.refused_more_above(self.limit());
+        self.slow_start = self.slow_start
+            && !self.served_full_window
+            && !self.mostly_answered_up_to(self.limit());
         true
     }
 
-    /// Whether the requests sent with more than `in_flight` on the wire were
-    /// refused more than those sent with at most that many, which were
-    /// mostly answered: the refusals came from the load above it. Those at
-    /// most are the bands that lie wholly at or below it; while slow start
-    /// lasts, the bands hold only its answers. Refusals thrown whatever the
-    /// load show as densely below as above, and mostly answered below
-    /// alone ended slow start at the first of them: against a fifth
-    /// refused at any time and answers in 3 s, at 12 slots, where the
-    /// endpoint took every request it was sent, for 40 s of a 106 s run.
-    fn refused_more_above(&self, in_flight: usize) -> bool {
-        let whole = ((in_flight + 1).ilog2() as usize).min(BANDS);
-        let sum = |bands: &[Tally]| {
-            bands
-                .iter()
-                .fold((0u32, 0u32), |(ok, lost), t| (ok + t.ok, lost + t.lost))
-        };
-        let (ok_below, lost_below) = sum(&self.by_band[..whole]);
-        let (ok_above, lost_above) = sum(&self.by_band[whole..]);
-        let (below, above) = (ok_below + lost_below, ok_above + lost_above);
-        if below < 2 || ok_below <= lost_below {
-            return false;
-        }
-        if above == 0 {
-            return true;
-        }
-        // Two standard deviations of the difference of the two shares, from
-        // the share of both pooled.
-        let share = |lost: u32, n: u32| f64::from(lost) / f64::from(n);
-        let pooled = share(lost_below + lost_above, below + above);
-        let spread =
-            (pooled * (1.0 - pooled) * (1.0 / f64::from(below) + 1.0 / f64::from(above))).sqrt();
-        share(lost_above, above) > share(lost_below, below) + 2.0 * spread
+    /// Whether the requests sent with at most `in_flight` on the wire were
+    /// mostly answered rather than refused: those of the bands that lie
+    /// wholly at or below it. While slow start lasts, the bands hold only
+    /// its answers.
+    fn mostly_answered_up_to(&self, in_flight: usize) -> bool {
+        let whole = (in_flight + 1).ilog2() as usize;
+        let (ok, lost) = self.by_band[..whole.min(BANDS)]
+            .iter()
+            .fold((0, 0), |(ok, lost), t| (ok + t.ok, lost + t.lost));
+        ok + lost >= 2 && ok > lost
     }
 
     /// Shrinks the limit so the round trip comes back to `TOLERANCE` times
@@ -1771,59 +1746,6 @@ mod tests {
         };
         assert!(grown(0.95) < 15.0, "{}", grown(0.95));
         assert!(grown(0.0) >= 40.0, "{}", grown(0.0));
-    }
-
-    #[test]
-    fn slow_start_ends_where_refusals_come_from_above_the_cut_not_at_every_load() {
-        // Slow start at 40, cut by five refusals to 20. Each of the bands of
-        // 4 to 31 in flight holds `each`, and that of 32 to 63 `top`; those
-        // below 16 lie wholly under the cut limit.
-        let in_slow_start = |each: Tally, top: Tally| {
-            let start = Instant::now();
-            let mut controller = Controller::new(4, 256, start);
-            controller.limit = 40.0;
-            controller.by_band[2..5].fill(each);
-            controller.by_band[5] = top;
-            controller.cut_for_losses(5, start);
-            assert_eq!(controller.limit(), 20);
-            controller.slow_start
-        };
-        // A fifth refused at every load: whatever the limit, the endpoint
-        // refuses as much, and slow start goes on from the cut.
-        assert!(in_slow_start(tally(40, 10), tally(8, 2)));
-        // A server taking 32: nothing refused below, most beyond it.
-        assert!(!in_slow_start(tally(40, 0), tally(2, 10)));
-        // Mostly refused below too (a shard whose siblings fill the
-        // server): refusals before any room was shown say nothing of it.
-        assert!(in_slow_start(tally(5, 40), tally(2, 10)));
-    }
-
-    #[test]
-    fn in_slow_start_a_burst_against_an_endpoint_that_refuses_whatever_the_load_cuts_once() {
-        // Slow start at 80 against an endpoint known to refuse three in ten
-        // at any time, answers in 3 s. A first burst, in the run's first
-        // seconds, refused nearly all the few requests in flight, and slow
-        // start went on through it; then a second burst refuses every
-        // request sent during it, each refusal back at once.
-        let start = Instant::now();
-        let mut controller = Controller::new(4, 256, start);
-        controller.limit = 80.0;
-        controller.srtt = Some(3.0);
-        controller.by_band[..3].fill(tally(5, 60));
-        controller.by_band[3..6].fill(tally(70, 30));
-        assert!(controller.slow_start);
-        for _ in 0..80 {
-            controller.on_send(start, true);
-        }
-        let burst = start + Duration::from_millis(10);
-        for _ in 0..200 {
-            controller.on_send(burst, true);
-            controller.on_answer(burst, burst, 80, Signal::Overload);
-        }
-        // Once, by at most half, within the round trip: cut after cut took
-        // such a burst from 81 slots to 7 within 30 ms (`sim.rs`: ChaosLLM's
-        // `stress_extreme` with answers in 3 s).
-        assert_eq!(controller.limit(), 40);
     }
 
     #[test]
