@@ -20,8 +20,8 @@ const ROUNDS: usize = 3;
 const POOL_SIZE: usize = 32;
 /// What the test LLM server waits before each answer.
 const LATENCY_MS: u64 = 0;
-/// (label, `taskset -c` list) for weir.
-const CORE_SETS: [(&str, &str); 2] = [("1", "0"), ("2", "0,1")];
+/// The cores weir runs on, one and then two.
+const CORE_COUNTS: [usize; 2] = [1, 2];
 
 struct Guest {
     name: &'static str,
@@ -94,38 +94,57 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("\n  {NAME}");
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores < 2 || !Path::new("/usr/bin/taskset").is_file() {
-        println!("    skipped: needs 2 cores and taskset (this process may use {cores})");
+    let allowed = allowed_cpus();
+    if allowed.len() < 2 || !Path::new("/usr/bin/taskset").is_file() {
+        println!(
+            "    skipped: needs 2 cores and taskset (this process may use {})",
+            allowed.len()
+        );
         return Ok(());
     }
+    // weir's cores are the first this process may use (a container's cpuset
+    // need not hold core 0); with a third, the server gets the rest, so that
+    // weir's two cores are its own.
+    let core_sets: Vec<(usize, String)> = CORE_COUNTS
+        .iter()
+        .map(|&n| (n, cpu_list(&allowed[..n])))
+        .collect();
+    let server_cpus = (allowed.len() > 2).then(|| cpu_list(&allowed[2..]));
     let weir = args.weir_binary();
-    let server = LabelServer::start(&weir.with_file_name("weir-test-llm-server"))?;
+    let server = LabelServer::start(
+        &weir.with_file_name("weir-test-llm-server"),
+        server_cpus.as_deref(),
+    )?;
     let dir = std::env::temp_dir().join(format!("weir-bench-cores-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("tickets.csv"), tickets(ROWS))?;
     let guests = guests();
+    let server_pinned = match &server_cpus {
+        Some(list) => format!("pinned to cores {list}"),
+        None => "sharing weir's cores".to_string(),
+    };
     println!(
-        "    {ROWS} tickets, pool_size {POOL_SIZE}, audit on; weir under `taskset -c 0`, then \
-         `taskset -c 0,1`, {ROUNDS} rounds interleaved; the test LLM server (a test tool, not a \
-         model) is a separate process on one thread, not pinned, answering a label after \
+        "    {ROWS} tickets, pool_size {POOL_SIZE}, audit on; weir under `taskset -c {}`, then \
+         `taskset -c {}`, {ROUNDS} rounds interleaved; the test LLM server (a test tool, not a \
+         model) is a separate process on one thread, {server_pinned}, answering a label after \
          {LATENCY_MS} ms; `cached`: answered from the response cache, which the first, \
-         unmeasured run fills"
+         unmeasured run fills",
+        core_sets[0].1, core_sets[1].1
     );
     println!("    load average before: {}", load_average());
     for guest in &guests {
         // A first run compiles the component into weir's cache, and fills
         // the response cache of the guests run from it; unmeasured.
-        run_once(&weir, &dir, guest, "0,1", &server).await?;
+        run_once(&weir, &dir, guest, &core_sets[1].1, &server).await?;
     }
     let mut runs: Vec<Vec<Vec<Run>>> = guests
         .iter()
-        .map(|_| CORE_SETS.iter().map(|_| Vec::new()).collect())
+        .map(|_| core_sets.iter().map(|_| Vec::new()).collect())
         .collect();
     for _ in 0..ROUNDS {
         for (g, guest) in guests.iter().enumerate() {
-            for (c, (_, list)) in CORE_SETS.iter().enumerate() {
+            for (c, (_, list)) in core_sets.iter().enumerate() {
                 runs[g][c].push(run_once(&weir, &dir, guest, list, &server).await?);
             }
         }
@@ -137,7 +156,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     );
     for (guest, by_cores) in guests.iter().zip(&runs) {
         let mut medians = Vec::new();
-        for ((cores, _), runs) in CORE_SETS.iter().zip(by_cores) {
+        for ((cores, _), runs) in core_sets.iter().zip(by_cores) {
             let rates: Vec<f64> = runs.iter().map(|r| ROWS as f64 / r.wall).collect();
             let median = median(&rates);
             medians.push(median);
@@ -264,6 +283,47 @@ fn median_by(runs: &[Run], value: impl Fn(&Run) -> f64) -> f64 {
     median(&runs.iter().map(value).collect::<Vec<_>>())
 }
 
+/// The cores this process may run on (`Cpus_allowed_list` in
+/// `/proc/self/status`, e.g. `0-3,8`), or as many from 0 as it may use.
+fn allowed_cpus() -> Vec<usize> {
+    let listed = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+                .map(|list| parse_cpu_list(list.trim()))
+        })
+        .filter(|cpus| !cpus.is_empty());
+    listed.unwrap_or_else(|| {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (0..n).collect()
+    })
+}
+
+/// `0-3,8` → [0, 1, 2, 3, 8]; an unreadable part is left out.
+fn parse_cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        let bounds: Option<(usize, usize)> = match part.split_once('-') {
+            Some((from, to)) => from.trim().parse().ok().zip(to.trim().parse().ok()),
+            None => part.trim().parse().ok().map(|cpu| (cpu, cpu)),
+        };
+        if let Some((from, to)) = bounds {
+            cpus.extend(from..=to);
+        }
+    }
+    cpus
+}
+
+/// [0, 1] → `0,1`, as `taskset -c` takes it.
+fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -278,7 +338,8 @@ struct LabelServer {
 }
 
 impl LabelServer {
-    fn start(binary: &Path) -> anyhow::Result<Self> {
+    /// `cpus`: a `taskset -c` list the server is pinned to.
+    fn start(binary: &Path, cpus: Option<&str>) -> anyhow::Result<Self> {
         anyhow::ensure!(
             binary.is_file(),
             "{} not found: build it with `cargo build --release -p weir-test-llm-server`",
@@ -287,7 +348,17 @@ impl LabelServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = std::process::Command::new(binary)
+        // `taskset` sets the affinity and then execs the server in place, so
+        // the child's id, whose CPU is read, is the server's.
+        let mut command = match cpus {
+            Some(list) => {
+                let mut taskset = std::process::Command::new("taskset");
+                taskset.args(["-c", list]).arg(binary);
+                taskset
+            }
+            None => std::process::Command::new(binary),
+        };
+        let child = command
             // One thread: the server stands in for a provider on other
             // machines, and a runtime of its own on each core would take
             // more of the cores weir is measured on.
@@ -332,5 +403,18 @@ impl Drop for LabelServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-3,8"), vec![0, 1, 2, 3, 8]);
+        assert_eq!(parse_cpu_list("4"), vec![4]);
+        assert_eq!(parse_cpu_list("2-3,x,6-5"), vec![2, 3]);
+        assert_eq!(cpu_list(&[4, 5]), "4,5");
     }
 }
