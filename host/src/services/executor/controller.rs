@@ -14,7 +14,8 @@
 //!   losses beyond a few in a hundred, or queueing.
 //! - Losses beyond the endpoint's usual share (see below) cut the limit by the
 //!   share of requests that were refused (between 10 % and half), never below
-//!   a learned floor unless the floor itself was already reached. Cuts in a
+//!   a learned floor unless the floor itself was already reached or has
+//!   held cuts back for `FLOOR_HELD_ROUND_TRIPS` round trips. Cuts in a
 //!   row head back to what the endpoint answered before the first, and far
 //!   below that the limit grows back as in slow start once the refusals are
 //!   back to their usual share.
@@ -148,6 +149,9 @@ const QUEUE_CONFIRMED_WITHIN: u32 = 4;
 /// How lately a refusal must have come for the edge it found to hold in a
 /// run's last stretch.
 const EDGE_FRESH: Duration = Duration::from_secs(2);
+/// Round trips for which cuts held back by the floor, one after another,
+/// leave it in place: a burst of refusals is over within them.
+const FLOOR_HELD_ROUND_TRIPS: u32 = 4;
 /// The window before any round trip has been measured.
 const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
 /// A queue cut is judged only where the requests in flight fell below this
@@ -494,6 +498,9 @@ pub struct Controller {
     /// A window at a full limit came back without a refusal: the endpoint
     /// took that many at once.
     served_full_window: bool,
+    /// Since when cuts have stopped at the floor, each one in turn, with no
+    /// window at a full limit back without a refusal since.
+    floor_held: Option<Instant>,
     /// The most answers a window has brought.
     most_answered: u32,
     /// The limit grew back towards the ceiling as in slow start since the
@@ -558,6 +565,7 @@ impl Controller {
             }; SLOW_START_DELAY_SAMPLE],
             answers_seen: 0,
             served_full_window: false,
+            floor_held: None,
             most_answered: 0,
             grew_back: false,
             by_band: [Tally::default(); BANDS],
@@ -1093,7 +1101,11 @@ impl Controller {
         let saturated = self.last_saturated >= self.window.start;
         let tally = std::mem::take(&mut self.window.tally);
         let next = std::mem::take(&mut self.next);
-        self.served_full_window |= saturated && tally.lost == 0 && tally.ok > 0;
+        let served_clean = saturated && tally.lost == 0 && tally.ok > 0;
+        self.served_full_window |= served_clean;
+        if served_clean {
+            self.floor_held = None;
+        }
         self.most_answered = self.most_answered.max(tally.ok);
         // A window sent (in part) before the last change says nothing of it,
         // nor one sent while a drain holds the limit down.
@@ -1487,10 +1499,22 @@ impl Controller {
         // overshoot puts refusals in every window, and without the second
         // test slow start went on for the whole run at three calls a row.)
         self.ceiling = ceiling;
-        if self.limit <= self.floor {
-            // Losses at the floor: the endpoint has less room than it had.
+        // Losses at the floor, or cuts the floor has held back for
+        // `FLOOR_HELD_ROUND_TRIPS` with no window served clean in between:
+        // the endpoint has less room than it had. Between two cuts the limit
+        // grows from the floor towards the first cut's ceiling, so it was
+        // seldom at the floor when the refusals came: against a server whose
+        // room fell from 64 to 16, cut after cut stopped at a floor of 32,
+        // and half the requests were refused for the rest of the run (4.4
+        // calls per row on real sockets). A burst is over within those
+        // round trips, and the floor still holds through it.
+        let held_long = self
+            .floor_held
+            .is_some_and(|since| now >= since + FLOOR_HELD_ROUND_TRIPS * self.window_len());
+        if self.limit <= self.floor || (held_long && cut < self.floor) {
             self.floor = cut.floor().max(1.0);
         }
+        self.floor_held = (cut < self.floor).then(|| self.floor_held.unwrap_or(now));
         self.limit = cut.max(self.floor).max(1.0);
         self.slow_start = self.slow_start
             && !self.served_full_window
@@ -1786,6 +1810,28 @@ mod tests {
         let clean = tally(7, 0);
         controller.judge(clean, true, start);
         assert_eq!(controller.floor(), 3);
+    }
+
+    #[test]
+    fn cuts_the_floor_holds_back_round_trip_after_round_trip_lower_it() {
+        // Past slow start at a floor of 32 from a window at 64, answers in
+        // 100 ms; the endpoint's room has fallen to 16, and between two
+        // cuts growth heads back towards 65, so that each cut comes at 35.
+        let held_back = |every: Duration| {
+            let start = Instant::now();
+            let mut controller = Controller::new(4, 128, start);
+            (controller.slow_start, controller.floor, controller.ceiling) = (false, 32.0, 65.0);
+            controller.srtt = Some(0.1);
+            for i in 0..6 {
+                controller.limit = 35.0;
+                controller.cut_for_losses(17, start + every * i);
+            }
+            controller.limit()
+        };
+        // Within a burst's few round trips the floor holds.
+        assert_eq!(held_back(Duration::from_millis(20)), 32);
+        // Refused round trip after round trip, the floor gives way.
+        assert!(held_back(Duration::from_millis(100)) < 20);
     }
 
     #[test]
