@@ -62,7 +62,7 @@ fn ok_count(server: &TestLlmServer) -> usize {
 #[tokio::test]
 async fn adapts_to_a_capacity_it_is_not_told() {
     let server = TestLlmServer::start(Script {
-        latency: Duration::from_millis(20),
+        latency: Duration::from_millis(100),
         capacity: Some(8),
         ..Script::default()
     })
@@ -73,17 +73,17 @@ async fn adapts_to_a_capacity_it_is_not_told() {
     assert_all_answered(&rows, 400);
     let served = server.served();
     let calls_per_row = served.len() as f64 / 400.0;
-    // About 1.05 on an idle machine. Beside four busy processes on two
-    // cores, answers come in clumps, slow start overshoots to three times
-    // the room and each probe past the edge is refused several times: two
-    // of 80 runs went above 1.3 (1.30 and 1.36). A pool that did not adapt
-    // makes about 3.5 calls per row here. Clumped answers once held the
-    // limit above the server's room for the whole run (up to 2.7 calls per
-    // row, in 4 of 28 runs beside busy processes): a floor learned from a
-    // window at a limit it never held, and refusals above the room taken
-    // for the endpoint's usual share.
+    // 1.05 to 1.08 in 20 runs beside two and four busy processes on two
+    // cores. A pool that did not adapt made 14.5 and 15.0 calls per row.
+    // Answers in 20 ms asked 400 rows a second of the debug build, more than
+    // it moves on busy cores: answers came in clumps, slow start overshot to
+    // three times the room, and runs took up to 2.05 calls per row, which
+    // measured the machine rather than the limit. Clumped answers once held
+    // the limit above the server's room for the whole run (up to 2.7 calls
+    // per row): a floor learned from a window at a limit it never held, and
+    // refusals above the room taken for the endpoint's usual share.
     assert!(
-        calls_per_row <= 1.5,
+        calls_per_row <= 1.25,
         "{calls_per_row:.3} calls per row; {summary}"
     );
     assert!(summary.contains("capacity errors"), "{summary}");
