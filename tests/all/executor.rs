@@ -172,7 +172,8 @@ async fn answers_with_a_long_tail_do_not_end_slow_start() {
     let (ws, rows, code, summary) = run(&server, 2000, "pool_size: 128", "").await;
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 2000);
-    let limits: Vec<u64> = limit_record(&ws).into_iter().map(|(_, l)| l).collect();
+    let record = limit_record(&ws);
+    let limits: Vec<u64> = record.iter().map(|&(_, limit)| limit).collect();
     let first_cut = limits
         .windows(2)
         .position(|w| w[1] < w[0])
@@ -180,12 +181,12 @@ async fn answers_with_a_long_tail_do_not_end_slow_start() {
     let reached = limits[..=first_cut].iter().max().copied().unwrap_or(0);
     assert!(
         reached >= 120,
-        "slow start ended at {reached}: {limits:?}; {summary}"
+        "slow start ended at {reached}; (seconds, limit): {record:?}; {summary}"
     );
     let least = limits[first_cut..].iter().min().copied().unwrap_or(0);
     assert!(
         least >= 64,
-        "the limit fell to {least} after slow start: {limits:?}; {summary}"
+        "the limit fell to {least} after slow start; (seconds, limit): {record:?}; {summary}"
     );
     let peak = server.peak_in_flight();
     assert!(peak >= 120, "at most {peak} in flight at once; {summary}");
