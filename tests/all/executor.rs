@@ -172,7 +172,8 @@ async fn answers_with_a_long_tail_do_not_end_slow_start() {
     let (ws, rows, code, summary) = run(&server, 2000, "pool_size: 128", "").await;
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 2000);
-    let record = limit_record(&ws);
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let record = limit_record(&db, 1);
     let limits: Vec<u64> = record.iter().map(|&(_, limit)| limit).collect();
     let first_cut = limits
         .windows(2)
@@ -192,12 +193,15 @@ async fn answers_with_a_long_tail_do_not_end_slow_start() {
     assert!(peak >= 120, "at most {peak} in flight at once; {summary}");
 }
 
-/// The concurrency limit of the run's one endpoint as it changed, from the
-/// run's summary in the audit trail: (seconds into the run, limit).
-fn limit_record(ws: &Workspace) -> Vec<(f64, u64)> {
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+/// The concurrency limit of run `run`'s one endpoint as it changed, from the
+/// run's summary in the audit trail at `db`: (seconds into the run, limit).
+fn limit_record(db: &Connection, run: i64) -> Vec<(f64, u64)> {
     let json: String = db
-        .query_row("SELECT summary_json FROM runs", [], |r| r.get(0))
+        .query_row(
+            "SELECT summary_json FROM runs WHERE run_id = ?1",
+            [run],
+            |r| r.get(0),
+        )
         .unwrap();
     let summary: Value = serde_json::from_str(&json).unwrap();
     summary["endpoints"][0]["concurrency_limit_changes"]
@@ -1246,19 +1250,7 @@ async fn a_second_run_starts_from_the_limit_the_first_learned() {
         )),
         "{summary}"
     );
-    let first_limit = |run: i64| -> u64 {
-        let json: String = db
-            .query_row(
-                "SELECT summary_json FROM runs WHERE run_id = ?1",
-                [run],
-                |r| r.get(0),
-            )
-            .unwrap();
-        let summary: Value = serde_json::from_str(&json).unwrap();
-        summary["endpoints"][0]["concurrency_limit_changes"][0][1]
-            .as_u64()
-            .unwrap()
-    };
+    let first_limit = |run: i64| limit_record(&db, run)[0].1;
     assert_eq!(first_limit(1), 4, "the first run slow-starts from 4");
     assert_eq!(first_limit(2), u64::from(start));
 }
