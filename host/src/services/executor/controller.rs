@@ -299,6 +299,16 @@ struct Window {
     tally: Tally,
 }
 
+/// Queue cuts in a row, to be judged again by a no-load estimate learned
+/// after them (`Controller::learn_from_alone`).
+struct QueueCuts {
+    /// The longest round trip that set one off.
+    rtt: f64,
+    /// The limit before the first.
+    before: f64,
+    in_slow_start: bool,
+}
+
 /// A cut for queueing, kept until the answers after it say whether the
 /// round trip fell with the limit. Against a queue it falls in proportion;
 /// answers that vary in length by nature (a model's completions) make the
@@ -493,8 +503,12 @@ pub struct Controller {
     answers_seen: usize,
     /// Slow start ended on a delayed answer, and the smoothed round trip
     /// has not yet confirmed the queue: where the limit goes if it does,
-    /// and until when.
-    queue_met: Option<(f64, Instant)>,
+    /// until when, and the quickest of the delayed answers.
+    queue_met: Option<(f64, Instant, f64)>,
+    /// The queue cuts since the last cut for losses, for as long as none
+    /// was proved useless: the longest round trip that set one off, the
+    /// limit before the first, and whether slow start was under way.
+    queue_cuts: Option<QueueCuts>,
     /// A window at a full limit came back without a refusal: the endpoint
     /// took that many at once.
     served_full_window: bool,
@@ -558,6 +572,7 @@ impl Controller {
             last_ok: None,
             last_refusal: None,
             queue_met: None,
+            queue_cuts: None,
             latest: [Answered {
                 rtt: 0.0,
                 sent_at: now,
@@ -775,13 +790,17 @@ impl Controller {
             self.queue_met = self.base_rtt.map(|base| {
                 let then = self.limit_at(first_sent);
                 let target = (then * (TOLERANCE * base / quickest).max(MAX_QUEUE_CUT)).max(1.0);
-                (target, now + QUEUE_CONFIRMED_WITHIN * self.window_len())
+                (
+                    target,
+                    now + QUEUE_CONFIRMED_WITHIN * self.window_len(),
+                    quickest,
+                )
             });
         }
-        if queue_building && let Some((target, until)) = self.queue_met.take() {
+        if queue_building && let Some((target, until, delayed)) = self.queue_met.take() {
             // A queue confirmed long after slow start is not the one it met.
             if now < until {
-                self.back_to_queue_start(now, target);
+                self.back_to_queue_start(now, target, delayed);
             }
         }
         if self.queue_cut.is_some() && sent_at >= self.last_change {
@@ -919,6 +938,7 @@ impl Controller {
             Some(true) => {
                 let (before, in_slow_start) = (cut.before, cut.in_slow_start);
                 self.queue_cut = None;
+                self.queue_cuts = None;
                 // The round trip is not the load's, so not drained either:
                 // a drain's answers at a lower load would lower the
                 // estimate again.
@@ -978,7 +998,7 @@ impl Controller {
     /// smoothed round trip confirms the queue, the limit goes back to what
     /// it was when the first delayed request was sent, shrunk as a queue
     /// cut shrinks it (`target`).
-    fn back_to_queue_start(&mut self, now: Instant, target: f64) {
+    fn back_to_queue_start(&mut self, now: Instant, target: f64, delayed: f64) {
         if target < self.limit {
             // The answers of the window under way, or where it holds too
             // few to say anything, those the smoothed round trip weighs
@@ -1000,6 +1020,7 @@ impl Controller {
             self.ceiling = target;
             self.held_by_queue(now);
             self.queue_cut_made(before, point, true);
+            self.note_queue_cuts(delayed, before, true);
             self.changed(now);
         }
     }
@@ -1187,6 +1208,7 @@ impl Controller {
             let (before, in_slow_start) = (self.limit, self.slow_start);
             self.cut_for_queue(ratio, now);
             self.queue_cut_made(before, t.point(), in_slow_start);
+            self.note_queue_cuts(ratio * self.base_rtt.unwrap_or(0.0), before, in_slow_start);
             return true;
         }
         // The floor follows what the window held, not what the limit has
@@ -1249,6 +1271,60 @@ impl Controller {
         if tally.ok + tally.lost >= BAND_MEMORY {
             tally.halve();
         }
+        if band == 0 && signal == Signal::Success {
+            self.learn_from_alone(now);
+        }
+    }
+
+    /// Requests sent with no other of this client's on the wire met no
+    /// queue of its making: once `MIN_JUDGED_COLLAPSED` of them are back,
+    /// their mean round trip is the no-load one where it is longer than the
+    /// estimate. The estimate starts as the quickest of the first answers,
+    /// which for a model's answers with a long tail is a fraction of their
+    /// mean (0.1 s against 0.5 s in `sim.rs`), and a limit cut to one or two
+    /// saw every window as a queue's for seconds.
+    ///
+    /// Where the round trips that set off the queue cuts since the last cut
+    /// for losses are no queue's by that estimate, the cuts are undone, and
+    /// slow start goes on if the first ended it.
+    fn learn_from_alone(&mut self, now: Instant) {
+        let alone = self.by_band[0];
+        let Some((rtt, _)) = alone.point().filter(|_| alone.ok >= MIN_JUDGED_COLLAPSED) else {
+            return;
+        };
+        if !self.base_rtt.is_some_and(|base| rtt > base) {
+            return;
+        }
+        self.raise_no_load(rtt);
+        let refuted = self
+            .queue_cuts
+            .as_ref()
+            .is_some_and(|cuts| !queued(cuts.rtt, rtt));
+        if refuted
+            && self.pending.is_none()
+            && let Some(cuts) = self.queue_cuts.take()
+        {
+            self.limit = self.limit.max(cuts.before);
+            self.ceiling = self.ceiling.max(cuts.before);
+            self.slow_start |= cuts.in_slow_start;
+            self.queue_bound = false;
+            self.queue_cut = None;
+            self.queue_met = None;
+            self.drop_drain();
+            self.changed(now);
+        }
+    }
+
+    /// Keeps what a queue cut from `before`, set off by answers of round
+    /// trip `rtt`, needs to be judged again (`learn_from_alone`).
+    fn note_queue_cuts(&mut self, rtt: f64, before: f64, in_slow_start: bool) {
+        let cuts = self.queue_cuts.get_or_insert(QueueCuts {
+            rtt,
+            before,
+            in_slow_start,
+        });
+        cuts.rtt = cuts.rtt.max(rtt);
+        cuts.before = cuts.before.max(before);
     }
 
     /// The answers at the nearest lower load lately answered, at least
@@ -1288,8 +1364,10 @@ impl Controller {
 
     /// Whether the answers `at`, whose round trip looks queued, rose with
     /// the load less than a queue's would (`QUEUE_ELASTICITY`) since a lower
-    /// load lately answered (`lower_load`); if so, the lesser of the two
-    /// mean round trips, the no-load estimate from then on. A server that
+    /// load lately answered (`lower_load`); if so, the mean round trip of
+    /// both, the no-load estimate from then on (the lesser of the two, from
+    /// a few answers of a long tail each, sat well below the mean of either,
+    /// and windows at the same load looked queued after). A server that
     /// batches slows every answer a little as it takes more, and answers
     /// that vary in length spread the round trip whatever the load: cut as
     /// for a queue, a batching server was held near half its batch, each
@@ -1303,7 +1381,9 @@ impl Controller {
         let low = lower.point()?;
         let spread = 2.0 * at.log_rtt_error().hypot(lower.log_rtt_error());
         let generous = elasticity(low, point) + spread / (point.1 / low.1).ln();
-        (generous < QUEUE_ELASTICITY).then_some(low.0.min(point.0))
+        let pooled = (low.0 * f64::from(lower.ok) + point.0 * f64::from(at.ok))
+            / f64::from(lower.ok + at.ok);
+        (generous < QUEUE_ELASTICITY).then_some(pooled)
     }
 
     /// The share of attempts refused whatever the load: what an undone cut
@@ -1391,7 +1471,13 @@ impl Controller {
             .no_load_at_most()
             .map_or(before, |lower| before.min(lower));
         self.lower_no_load(base);
-        queued(rtt, base).then(|| rtt / base.max(f64::MIN_POSITIVE))
+        // And only where the answers are surely past the no-load round trip
+        // at all, two standard errors below their mean: one or two answers of
+        // a model's long tail pass half again it by nature, and against
+        // answers of 0.5 s on average such windows cut the limit to one or
+        // two for seconds.
+        let surely_slower = rtt * (-2.0 * t.log_rtt_error()).exp() > base;
+        (queued(rtt, base) && surely_slower).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }
 
     /// The no-load estimate becomes `base`, at most what it was; returns
@@ -1430,6 +1516,7 @@ impl Controller {
         // Refusals are the endpoint's word on its room, whatever the queue.
         self.drop_drain();
         self.queue_bound = false;
+        self.queue_cuts = None;
         // Slow start overshoots by up to its growth of a round trip.
         let share = if self.slow_start {
             MAX_CUT
@@ -1874,13 +1961,54 @@ mod tests {
     }
 
     #[test]
+    fn answers_to_requests_sent_alone_undo_queue_cuts_they_find_no_queue() {
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 256, start);
+        controller.slow_start = false;
+        controller.base_rtt = Some(0.1);
+        // Cut from 14 slots to 2 for round trips of 0.3 s, three times the
+        // estimate.
+        controller.note_queue_cuts(0.3, 14.0, true);
+        controller.limit = 2.0;
+        controller.queue_bound = true;
+        // Requests sent alone answer in 0.4 s on average: the estimate was
+        // the quickest of a long tail, and 0.3 s is no queue's.
+        for (i, rtt) in [0.3, 0.5, 0.4, 0.4].into_iter().enumerate() {
+            let sent_at = start + Duration::from_secs(i as u64);
+            let answered = sent_at + Duration::from_secs_f64(rtt);
+            controller.on_answer(answered, sent_at, 1, Signal::Success);
+        }
+        let base = controller.base_rtt.unwrap();
+        assert!((base - 0.4).abs() < 1e-9, "{base}");
+        assert_eq!(controller.limit(), 14);
+        assert!(controller.slow_start && !controller.queue_bound);
+
+        // Against a server that serves one at a time, the same answers
+        // alone leave a cut for round trips of 0.9 s in place.
+        let mut controller = Controller::new(4, 256, start);
+        controller.slow_start = false;
+        controller.base_rtt = Some(0.1);
+        controller.note_queue_cuts(0.9, 14.0, true);
+        controller.limit = 2.0;
+        for (i, rtt) in [0.3, 0.5, 0.4, 0.4].into_iter().enumerate() {
+            let sent_at = start + Duration::from_secs(i as u64);
+            let answered = sent_at + Duration::from_secs_f64(rtt);
+            controller.on_answer(answered, sent_at, 1, Signal::Success);
+        }
+        assert_eq!(controller.limit(), 2);
+        assert!(!controller.slow_start);
+    }
+
+    #[test]
     fn a_round_trip_that_rose_far_less_than_the_load_is_not_a_queue() {
         let now = Instant::now();
         let controller = answered_at_ten(&[1.0; 16], now);
-        // A server that batches: twice the load, each answer 15 % slower.
-        assert_eq!(
-            controller.not_a_queue(at_twenty(&[1.15; 16]), now),
-            Some(1.0)
+        // A server that batches: twice the load, each answer 15 % slower;
+        // the no-load estimate is the mean of both loads' answers.
+        let batching = controller.not_a_queue(at_twenty(&[1.15; 16]), now);
+        assert!(
+            batching.is_some_and(|rtt| (rtt - 1.075).abs() < 1e-9),
+            "{batching:?}"
         );
         // A queue: twice the load, twice the round trip.
         assert_eq!(controller.not_a_queue(at_twenty(&[2.0; 16]), now), None);

@@ -688,8 +688,13 @@ async fn one_at_a_time(varied: bool) {
     );
     assert!(steady >= 0.95 * capacity, "goodput {steady:.2}/s");
     assert!(queue <= 2.5, "mean queue {queue:.2}");
-    // One served and two queued at the most.
-    assert!(since_first_answers <= Some(3), "{changes:?}");
+    // One served and two queued at the most; with answers of varied length
+    // the no-load round trip is their mean (that of the requests sent
+    // alone), against which some answers at two slots are no queue's and
+    // grow the limit: it probes to four now and then, the mean queue as it
+    // was (2.0).
+    let most = if varied { 4 } else { 3 };
+    assert!(since_first_answers <= Some(most), "{changes:?}");
 }
 
 /// A hosted model's answers vary in length, and so does their round trip:
@@ -749,12 +754,14 @@ async fn answers_with_a_long_tail_are_not_taken_for_a_queue() {
 /// for a moment: answers that come meanwhile are read in a clump at its
 /// end, late, and look like a queue's. The limit is cut to a few slots, and
 /// at a few slots the no-load estimate (the quickest of the first answers,
-/// a fraction of their mean) makes every window of a few answers look
-/// queued, so it climbs back slowly: 3,000 rows take 2.58, 1.24, 2.99 and
+/// a fraction of their mean) made every window of a few answers look
+/// queued, so it climbed back slowly: 3,000 rows took 2.58, 1.24, 2.99 and
 /// 1.17 times as long as at a fixed 256 for the four stalls below, where
 /// such answers without a stall take 1.18 times (a mean of 1 s, above).
-/// The bound holds those figures against getting worse; 1.45 is where
-/// they should be.
+/// With the answers of requests sent alone as the no-load round trip, no
+/// window cut for on fewer answers than say so, and the mean of two loads
+/// found no queue's taken rather than the lesser: 1.63, 1.33, 2.63, 1.17.
+/// The bound holds those; 1.45 is where they should be.
 #[tokio::test(start_paused = true)]
 async fn a_stalled_client_is_not_held_down_for_long() {
     for (from, to) in [(0.5, 1.0), (0.7, 2.0), (1.0, 3.0), (2.0, 2.5)] {
@@ -775,7 +782,7 @@ async fn a_stalled_client_is_not_held_down_for_long() {
         let name = format!("long tail, client stalled {from}-{to} s");
         let ratio = ratio_to_best_fixed(&name, adaptive, best);
         assert!(
-            ratio <= 3.3,
+            ratio <= 2.8,
             "adaptive took {ratio:.2} times the best fixed"
         );
     }
