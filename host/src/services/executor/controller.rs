@@ -38,7 +38,9 @@
 //!   their round trip becomes the no-load estimate. Before a cut, the
 //!   answers at a lower load, kept by band of requests in flight, say the
 //!   same: a round trip that rose far less than the load since is no queue,
-//!   and neither is, in slow start, an answer within their spread.
+//!   and neither is, in slow start, an answer within their spread. Answers
+//!   to requests sent alone met no queue of the client's making, and raise
+//!   the estimate to their mean (`learn_from_alone`).
 //! - Growth after slow start follows TCP BIC: half the distance back to what
 //!   the limit of the last cut served per round trip, then slow probing
 //!   beyond it that doubles every round trip, its least step following time
