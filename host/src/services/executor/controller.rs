@@ -1962,6 +1962,16 @@ mod tests {
         tally
     }
 
+    /// Answers to requests sent with nothing else in flight, a second
+    /// apart from `start`, each after its round trip in `rtts`.
+    fn answer_alone(controller: &mut Controller, start: Instant, rtts: &[f64]) {
+        for (i, &rtt) in rtts.iter().enumerate() {
+            let sent_at = start + Duration::from_secs(i as u64);
+            let answered = sent_at + Duration::from_secs_f64(rtt);
+            controller.on_answer(answered, sent_at, 1, Signal::Success);
+        }
+    }
+
     #[test]
     fn answers_to_requests_sent_alone_undo_queue_cuts_they_find_no_queue() {
         let start = Instant::now();
@@ -1975,11 +1985,7 @@ mod tests {
         controller.queue_bound = true;
         // Requests sent alone answer in 0.4 s on average: the estimate was
         // the quickest of a long tail, and 0.3 s is no queue's.
-        for (i, rtt) in [0.3, 0.5, 0.4, 0.4].into_iter().enumerate() {
-            let sent_at = start + Duration::from_secs(i as u64);
-            let answered = sent_at + Duration::from_secs_f64(rtt);
-            controller.on_answer(answered, sent_at, 1, Signal::Success);
-        }
+        answer_alone(&mut controller, start, &[0.3, 0.5, 0.4, 0.4]);
         let base = controller.base_rtt.unwrap();
         assert!((base - 0.4).abs() < 1e-9, "{base}");
         assert_eq!(controller.limit(), 14);
@@ -1992,11 +1998,7 @@ mod tests {
         controller.base_rtt = Some(0.1);
         controller.note_queue_cuts(0.9, 14.0, true);
         controller.limit = 2.0;
-        for (i, rtt) in [0.3, 0.5, 0.4, 0.4].into_iter().enumerate() {
-            let sent_at = start + Duration::from_secs(i as u64);
-            let answered = sent_at + Duration::from_secs_f64(rtt);
-            controller.on_answer(answered, sent_at, 1, Signal::Success);
-        }
+        answer_alone(&mut controller, start, &[0.3, 0.5, 0.4, 0.4]);
         assert_eq!(controller.limit(), 2);
         assert!(!controller.slow_start);
     }
