@@ -939,20 +939,26 @@ impl Controller {
             Some(false) => self.queue_cut = None,
             Some(true) => {
                 let (before, in_slow_start) = (cut.before, cut.in_slow_start);
-                self.queue_cut = None;
-                self.queue_cuts = None;
-                // The round trip is not the load's, so not drained either:
-                // a drain's answers at a lower load would lower the
-                // estimate again.
-                self.queue_bound = false;
-                self.drop_drain();
-                self.limit = self.limit.max(before);
-                self.ceiling = self.ceiling.max(before);
                 self.raise_no_load(point_after.0);
-                self.slow_start |= in_slow_start && self.pending.is_none();
-                self.changed(now);
+                self.undo_queue_cuts(before, in_slow_start, now);
             }
         }
+    }
+
+    /// Queue cuts from `before` were no queue's: the limit goes back, and
+    /// slow start goes on if they ended it (`in_slow_start`), unless a cut
+    /// for losses waits to be judged.
+    fn undo_queue_cuts(&mut self, before: f64, in_slow_start: bool, now: Instant) {
+        self.queue_cut = None;
+        self.queue_cuts = None;
+        // The round trip is not the load's, so not drained either: a
+        // drain's answers at a lower load would lower the estimate again.
+        self.queue_bound = false;
+        self.drop_drain();
+        self.limit = self.limit.max(before);
+        self.ceiling = self.ceiling.max(before);
+        self.slow_start |= in_slow_start && self.pending.is_none();
+        self.changed(now);
     }
 
     /// Keeps a queue cut from `before` to the limit now, to be judged; cuts
@@ -1210,7 +1216,8 @@ impl Controller {
             let (before, in_slow_start) = (self.limit, self.slow_start);
             self.cut_for_queue(ratio, now);
             self.queue_cut_made(before, t.point(), in_slow_start);
-            self.note_queue_cuts(ratio * self.base_rtt.unwrap_or(0.0), before, in_slow_start);
+            let rtt = t.point().map_or(0.0, |(rtt, _)| rtt);
+            self.note_queue_cuts(rtt, before, in_slow_start);
             return true;
         }
         // The floor follows what the window held, not what the limit has
@@ -1298,22 +1305,11 @@ impl Controller {
             return;
         }
         self.raise_no_load(rtt);
-        let refuted = self
-            .queue_cuts
-            .as_ref()
-            .is_some_and(|cuts| !queued(cuts.rtt, rtt));
-        if refuted
-            && self.pending.is_none()
-            && let Some(cuts) = self.queue_cuts.take()
+        if self.pending.is_none()
+            && let Some(cuts) = self.queue_cuts.take_if(|cuts| !queued(cuts.rtt, rtt))
         {
-            self.limit = self.limit.max(cuts.before);
-            self.ceiling = self.ceiling.max(cuts.before);
-            self.slow_start |= cuts.in_slow_start;
-            self.queue_bound = false;
-            self.queue_cut = None;
             self.queue_met = None;
-            self.drop_drain();
-            self.changed(now);
+            self.undo_queue_cuts(cuts.before, cuts.in_slow_start, now);
         }
     }
 
@@ -1975,32 +1971,31 @@ mod tests {
     #[test]
     fn answers_to_requests_sent_alone_undo_queue_cuts_they_find_no_queue() {
         let start = Instant::now();
-        let mut controller = Controller::new(4, 256, start);
-        controller.slow_start = false;
-        controller.base_rtt = Some(0.1);
-        // Cut from 14 slots to 2 for round trips of 0.3 s, three times the
-        // estimate.
-        controller.note_queue_cuts(0.3, 14.0, true);
-        controller.limit = 2.0;
-        controller.queue_bound = true;
-        // Requests sent alone answer in 0.4 s on average: the estimate was
-        // the quickest of a long tail, and 0.3 s is no queue's.
-        answer_alone(&mut controller, start, &[0.3, 0.5, 0.4, 0.4]);
+        // Cut from 14 slots to 2 in slow start for round trips of `rtt`,
+        // against an estimate of 0.1 s; then requests sent alone answer in
+        // 0.4 s on average.
+        let cut_then_alone = |rtt: f64| {
+            let mut controller = Controller::new(4, 256, start);
+            controller.slow_start = false;
+            controller.base_rtt = Some(0.1);
+            controller.note_queue_cuts(rtt, 14.0, true);
+            controller.limit = 2.0;
+            controller.queue_bound = true;
+            answer_alone(&mut controller, start, &[0.3, 0.5, 0.4, 0.4]);
+            controller
+        };
+        // The estimate was the quickest of a long tail, and 0.3 s is no
+        // queue's.
+        let controller = cut_then_alone(0.3);
         let base = controller.base_rtt.unwrap();
         assert!((base - 0.4).abs() < 1e-9, "{base}");
         assert_eq!(controller.limit(), 14);
         assert!(controller.slow_start && !controller.queue_bound);
-
-        // Against a server that serves one at a time, the same answers
-        // alone leave a cut for round trips of 0.9 s in place.
-        let mut controller = Controller::new(4, 256, start);
-        controller.slow_start = false;
-        controller.base_rtt = Some(0.1);
-        controller.note_queue_cuts(0.9, 14.0, true);
-        controller.limit = 2.0;
-        answer_alone(&mut controller, start, &[0.3, 0.5, 0.4, 0.4]);
+        // Against a server that serves one at a time, a cut for round trips
+        // of 0.9 s stays.
+        let controller = cut_then_alone(0.9);
         assert_eq!(controller.limit(), 2);
-        assert!(!controller.slow_start);
+        assert!(!controller.slow_start && controller.queue_bound);
     }
 
     #[test]
