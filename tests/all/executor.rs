@@ -160,8 +160,16 @@ async fn round_trips_that_vary_whatever_the_load_are_not_taken_for_a_queue() {
 /// than the debug build of `weir` moves on two busy cores (about 140 on
 /// idle ones), so what the server held measured the machine (432 of 1872
 /// requests sent with fewer than 64 in flight beside other tests).
+///
+/// Nor by where slow start ended: beside another test on two cores, `weir`
+/// itself stalled in its first second now and then, its answers read late
+/// in a clump, and slow start ended at 18 or 20 (2 runs in 6); the limit was
+/// back at the pool's 128 within 10 and 26 s. How slow start meets such a
+/// stall is tested on simulated time (`a_stalled_client_is_not_held_down_for_long`
+/// in `sim.rs`); here, that the limit reaches the pool and, once there,
+/// is not cut below half of it for the answers' tail.
 #[tokio::test]
-async fn answers_with_a_long_tail_do_not_end_slow_start() {
+async fn answers_with_a_long_tail_do_not_hold_the_limit_down() {
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(500),
         latency_tail: 0.8,
@@ -175,19 +183,13 @@ async fn answers_with_a_long_tail_do_not_end_slow_start() {
     let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
     let record = limit_record(&db, 1);
     let limits: Vec<u64> = record.iter().map(|&(_, limit)| limit).collect();
-    let first_cut = limits
-        .windows(2)
-        .position(|w| w[1] < w[0])
-        .unwrap_or(limits.len() - 1);
-    let reached = limits[..=first_cut].iter().max().copied().unwrap_or(0);
-    assert!(
-        reached >= 120,
-        "slow start ended at {reached}; (seconds, limit): {record:?}; {summary}"
-    );
-    let least = limits[first_cut..].iter().min().copied().unwrap_or(0);
+    let Some(full) = limits.iter().position(|&limit| limit >= 120) else {
+        panic!("the limit never reached 120; (seconds, limit): {record:?}; {summary}");
+    };
+    let least = limits[full..].iter().min().copied().unwrap_or(0);
     assert!(
         least >= 64,
-        "the limit fell to {least} after slow start; (seconds, limit): {record:?}; {summary}"
+        "the limit fell to {least} after reaching 120; (seconds, limit): {record:?}; {summary}"
     );
     let peak = server.peak_in_flight();
     assert!(peak >= 120, "at most {peak} in flight at once; {summary}");
