@@ -964,13 +964,17 @@ impl Controller {
     /// Keeps a queue cut from `before` to the limit now, to be judged; cuts
     /// in a row are judged together, against the first.
     /// `point_before`: the mean round trip and requests in flight of the
-    /// answers that set it off, if there were enough to judge it by.
+    /// answers that set it off, if there were enough to judge it by; `rtt`:
+    /// the round trip that set it off, which a no-load estimate learned
+    /// later judges again (`note_queue_cuts`).
     fn queue_cut_made(
         &mut self,
         before: f64,
         point_before: Option<(f64, f64)>,
+        rtt: f64,
         in_slow_start: bool,
     ) {
+        self.note_queue_cuts(rtt, before, in_slow_start);
         match (&mut self.queue_cut, point_before) {
             (Some(cut), _) if before <= cut.before => cut.after = self.limit,
             // None pending, or the limit grew past it since, which is then
@@ -1027,8 +1031,7 @@ impl Controller {
             self.limit = target;
             self.ceiling = target;
             self.held_by_queue(now);
-            self.queue_cut_made(before, point, true);
-            self.note_queue_cuts(delayed, before, true);
+            self.queue_cut_made(before, point, delayed, true);
             self.changed(now);
         }
     }
@@ -1215,9 +1218,9 @@ impl Controller {
             }
             let (before, in_slow_start) = (self.limit, self.slow_start);
             self.cut_for_queue(ratio, now);
-            self.queue_cut_made(before, t.point(), in_slow_start);
-            let rtt = t.point().map_or(0.0, |(rtt, _)| rtt);
-            self.note_queue_cuts(rtt, before, in_slow_start);
+            let point = t.point();
+            let rtt = point.map_or(0.0, |(rtt, _)| rtt);
+            self.queue_cut_made(before, point, rtt, in_slow_start);
             return true;
         }
         // The floor follows what the window held, not what the limit has
