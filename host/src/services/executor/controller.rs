@@ -11,7 +11,8 @@
 //!
 //! - Slow start: while the limit is reached, every answer adds two slots (the
 //!   limit triples per round trip: 4 → 12 → 36 in two round trips), until
-//!   losses beyond a few in a hundred, or queueing.
+//!   losses beyond a few in a hundred, or queueing. The first losses cut
+//!   the limit back to the requests in flight where they began.
 //! - Losses beyond the endpoint's usual share (see below) cut the limit by the
 //!   share of requests that were refused (between 10 % and half), never below
 //!   a learned floor unless the floor itself was already reached or has
@@ -478,6 +479,11 @@ pub struct Controller {
     since_change: Tally,
     /// Requests sent since `since_change` was last started over.
     sent_since_change: u32,
+    /// The fewest requests in flight at the send of a refusal counted in
+    /// `since_change`: the endpoint had no room at that load.
+    refused_from: Option<usize>,
+    /// The limit has been cut for losses before.
+    cut_before: bool,
     /// Answers to requests sent since the pending cut, until enough judge it.
     since_cut: Tally,
     last_saturated: Instant,
@@ -560,6 +566,8 @@ impl Controller {
             last_change: now,
             since_change: Tally::default(),
             sent_since_change: 0,
+            refused_from: None,
+            cut_before: false,
             since_cut: Tally::default(),
             last_saturated: now,
             pending: None,
@@ -713,6 +721,9 @@ impl Controller {
         }
         if sent_at >= self.last_change.max(self.window.start) {
             count(&mut self.since_change, signal);
+            if signal == Signal::Overload {
+                self.refused_from = Some(self.refused_from.map_or(in_flight, |n| n.min(in_flight)));
+            }
             let lost = self.since_change.lost;
             // A cut not yet judged is not cut again, since whether it helped
             // decides what the refusals were, unless they are massive.
@@ -1073,6 +1084,7 @@ impl Controller {
         self.last_change = now;
         self.since_change = Tally::default();
         self.sent_since_change = 0;
+        self.refused_from = None;
         self.since_cut = Tally::default();
     }
 
@@ -1171,6 +1183,7 @@ impl Controller {
         // Losses are weighed per round trip, not summed over many.
         self.since_change = Tally::default();
         self.sent_since_change = 0;
+        self.refused_from = None;
         if now < self.window.start + 3 * len {
             self.window.start += len;
             self.window.tally = next;
@@ -1518,7 +1531,19 @@ impl Controller {
         self.drop_drain();
         self.queue_bound = false;
         self.queue_cuts = None;
-        // Slow start overshoots by up to its growth of a round trip.
+        // Slow start overshoots by up to its growth of a round trip. Its
+        // first refusals say by how much: the endpoint, which had taken
+        // every request until then, had no room at the fewest requests in
+        // flight one of them was sent with. Halved whatever they said, a
+        // run against a server capped at 32 went from 36 to 18 slots and
+        // took most of a second to climb back. Refusals after a cut may be
+        // the endpoint's random share, which shows at any load; halving
+        // stays for them, as for a first burst of random refusals, whose
+        // fewest in flight is far below the limit.
+        let edge = match self.slow_start && !self.cut_before {
+            true => self.refused_from.map(|n| n as f64 - 1.0),
+            false => None,
+        };
         let share = if self.slow_start {
             MAX_CUT
         } else {
@@ -1540,6 +1565,7 @@ impl Controller {
         // the endpoint's word on its room now. Merged, it headed back to
         // what the first cut found served: against a server whose room fell
         // from 64 to 16, to 64 again and again, refused each time.
+        self.cut_before = true;
         let grew_back = std::mem::take(&mut self.grew_back);
         let first = self
             .pending
@@ -1573,6 +1599,8 @@ impl Controller {
         });
         let cut = if at_edge {
             (self.limit.floor() - 1.0).max(self.limit * (1.0 - MAX_CUT))
+        } else if let Some(edge) = edge {
+            edge.clamp(self.limit * (1.0 - MAX_CUT), self.limit * (1.0 - MIN_CUT))
         } else {
             self.limit * (1.0 - share)
         };
@@ -1752,6 +1780,27 @@ mod tests {
             );
         }
         controller
+    }
+
+    #[test]
+    fn slow_starts_first_overshoot_is_cut_to_where_its_refusals_began() {
+        let start = Instant::now();
+        let cut_at = |refused_in_flight: [usize; 4], cut_before: bool| {
+            let mut controller = Controller::new(36, 128, start);
+            controller.cut_before = cut_before;
+            for (i, in_flight) in refused_in_flight.into_iter().enumerate() {
+                let sent_at = start + Duration::from_millis(1 + i as u64);
+                let now = sent_at + Duration::from_millis(1);
+                controller.on_answer(now, sent_at, in_flight, Signal::Overload);
+            }
+            controller.limit()
+        };
+        // A server taking 32 refuses what was sent beyond it.
+        assert_eq!(cut_at([33, 34, 35, 36], false), 32);
+        // Refusals far below the limit show no edge; nor do they once the
+        // endpoint has refused before: halved.
+        assert_eq!(cut_at([3, 20, 30, 35], false), 18);
+        assert_eq!(cut_at([33, 34, 35, 36], true), 18);
     }
 
     #[test]

@@ -1324,7 +1324,9 @@ async fn a_whole_capped_run_is_served_near_capacity() {
     // Each way over the wire takes 0.75 to 2.25 ms, so a client must keep
     // a little more than the cap in flight to use all of it; a refusal
     // parks its request for a second, so one late in the run holds the run
-    // open after every other row is done.
+    // open after every other row is done. Slow start's overshoot halved
+    // (36 to 18 slots) left 98.75 % of the told client's goodput; cut to
+    // where its refusals began, 99.2 %.
     let over_wire = || capped_over_wire(32, LATENCY);
     let rows = 10_000;
     let ideal = rows as f64 / 320.0;
@@ -1342,7 +1344,7 @@ async fn a_whole_capped_run_is_served_near_capacity() {
     );
     assert_eq!(sim.answered(), rows);
     assert!(
-        goodput >= 0.98 * told_goodput,
+        goodput >= 0.99 * told_goodput,
         "whole-run goodput {:.1} % against {:.1} % for a client told the cap",
         goodput * 100.0,
         told_goodput * 100.0
