@@ -1544,6 +1544,7 @@ impl Controller {
             true => self.refused_from.map(|n| n as f64 - 1.0),
             false => None,
         };
+        self.cut_before = true;
         let share = if self.slow_start {
             MAX_CUT
         } else {
@@ -1565,7 +1566,6 @@ impl Controller {
         // the endpoint's word on its room now. Merged, it headed back to
         // what the first cut found served: against a server whose room fell
         // from 64 to 16, to 64 again and again, refused each time.
-        self.cut_before = true;
         let grew_back = std::mem::take(&mut self.grew_back);
         let first = self
             .pending
