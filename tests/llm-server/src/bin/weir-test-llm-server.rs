@@ -43,6 +43,12 @@ struct Args {
     /// Answer 429 beyond this many requests at once.
     #[arg(long)]
     capacity: Option<usize>,
+    /// SECONDS=N: from SECONDS after the start on, answer 429 beyond N
+    /// requests at once instead of `--capacity`, as a shared endpoint does
+    /// when its other tenants come or leave; repeat for more changes
+    /// (`--capacity-change-at 8=16 --capacity-change-at 16=64`).
+    #[arg(long, value_parser = capacity_change)]
+    capacity_change_at: Vec<(Duration, usize)>,
     /// Seconds a 429 beyond `--capacity` asks the client to wait
     /// (`Retry-After`; 0 by default).
     #[arg(long)]
@@ -153,6 +159,8 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut latency_steps = args.latency_change_at;
     latency_steps.sort();
+    let mut capacity_steps = args.capacity_change_at;
+    capacity_steps.sort();
     let script = Script {
         reply,
         latency,
@@ -160,6 +168,7 @@ async fn main() -> anyhow::Result<()> {
         latency_spread: args.latency_spread,
         latency_tail: args.latency_tail,
         capacity: args.capacity,
+        capacity_steps,
         retry_after_seconds: args.retry_after.or(base.retry_after_seconds),
         serve_at_once: args.serve_at_once,
         batch_slowdown: args.batch_slowdown,
@@ -188,16 +197,32 @@ async fn main() -> anyhow::Result<()> {
 }
 
 fn latency_change(arg: &str) -> Result<(Duration, Duration), String> {
-    let (at, ms) = arg
+    let (at, ms) = change(arg, "MS", "20=100")?;
+    let ms = ms
+        .parse::<u64>()
+        .map_err(|_| format!("`{ms}`: expected a latency in whole milliseconds"))?;
+    Ok((at, Duration::from_millis(ms)))
+}
+
+fn capacity_change(arg: &str) -> Result<(Duration, usize), String> {
+    let (at, n) = change(arg, "N", "8=16")?;
+    let n = n
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{n}`: expected a number of requests, 1 or more"))?;
+    Ok((at, n))
+}
+
+/// Splits `SECONDS=VALUE`, the seconds since the start parsed.
+fn change<'a>(arg: &'a str, value: &str, example: &str) -> Result<(Duration, &'a str), String> {
+    let (at, rest) = arg
         .split_once('=')
-        .ok_or_else(|| format!("`{arg}`: expected SECONDS=MS, as in 20=100"))?;
+        .ok_or_else(|| format!("`{arg}`: expected SECONDS={value}, as in {example}"))?;
     let at = at
         .parse::<f64>()
         .ok()
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| format!("`{at}`: expected seconds since the start, 0 or more"))?;
-    let ms = ms
-        .parse::<u64>()
-        .map_err(|_| format!("`{ms}`: expected a latency in whole milliseconds"))?;
-    Ok((at, Duration::from_millis(ms)))
+    Ok((at, rest))
 }
