@@ -1082,10 +1082,16 @@ impl Controller {
 
     fn changed(&mut self, now: Instant) {
         self.last_change = now;
+        self.restart_since_change();
+        self.since_cut = Tally::default();
+    }
+
+    /// Starts over what is counted since the last change: the answers,
+    /// the requests sent and where refusals began.
+    fn restart_since_change(&mut self) {
         self.since_change = Tally::default();
         self.sent_since_change = 0;
         self.refused_from = None;
-        self.since_cut = Tally::default();
     }
 
     fn window_len(&self) -> Duration {
@@ -1181,9 +1187,7 @@ impl Controller {
             self.recent = Tally::default();
         }
         // Losses are weighed per round trip, not summed over many.
-        self.since_change = Tally::default();
-        self.sent_since_change = 0;
-        self.refused_from = None;
+        self.restart_since_change();
         if now < self.window.start + 3 * len {
             self.window.start += len;
             self.window.tally = next;
@@ -1540,10 +1544,10 @@ impl Controller {
         // the endpoint's random share, which shows at any load; halving
         // stays for them, as for a first burst of random refusals, whose
         // fewest in flight is far below the limit.
-        let edge = match self.slow_start && !self.cut_before {
-            true => self.refused_from.map(|n| n as f64 - 1.0),
-            false => None,
-        };
+        let edge = self
+            .refused_from
+            .filter(|_| self.slow_start && !self.cut_before)
+            .map(|n| n as f64 - 1.0);
         self.cut_before = true;
         let share = if self.slow_start {
             MAX_CUT
