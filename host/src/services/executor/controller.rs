@@ -1190,7 +1190,10 @@ impl Controller {
             }
             self.recent = Tally::default();
         }
-        self.none_refused_at_closes = [self.banded_share() == 0.0, self.none_refused_at_closes[0]];
+        self.none_refused_at_closes = [
+            self.banded_share() == Some(0.0),
+            self.none_refused_at_closes[0],
+        ];
         // Losses are weighed per round trip, not summed over many.
         self.restart_since_change();
         if now < self.window.start + 3 * len {
@@ -1434,15 +1437,10 @@ impl Controller {
     /// after cut, and bursts refusing 80 % took 1.11 and 1.24 times the
     /// best fixed concurrency (means over three schedules) against 1.06.
     fn usual_share(&self) -> f64 {
-        let banded = match self.none_refused_at_closes.contains(&true) {
-            true => 0.0,
-            false => self.banded_share(),
-        };
-        let usual = if banded.is_finite() {
-            self.usual_loss.max(banded)
-        } else {
-            self.usual_loss
-        };
+        let banded = self
+            .banded_share()
+            .filter(|_| !self.none_refused_at_closes.contains(&true));
+        let usual = banded.map_or(self.usual_loss, |banded| self.usual_loss.max(banded));
         // A band with fewer refusals than that, counted generously, proves
         // the share smaller. Without this, once only the bands above a
         // server's room held enough answers, their refusals (two in three
@@ -1459,19 +1457,16 @@ impl Controller {
 
     /// The least share refused in any band of requests in flight with
     /// enough answers, at most what is refused at one to three in flight
-    /// where that says the endpoint refuses whatever the load; infinite
+    /// where that says the endpoint refuses whatever the load; `None`
     /// while no band has enough.
-    fn banded_share(&self) -> f64 {
+    fn banded_share(&self) -> Option<f64> {
         let least = self
             .by_band
             .iter()
             .filter(|t| t.ok + t.lost >= BAND_SAMPLE)
             .map(|t| f64::from(t.lost) / f64::from(t.ok + t.lost))
-            .fold(f64::INFINITY, f64::min);
-        match least.is_finite() {
-            true => least.min(self.refused_at_few().unwrap_or(MAX_USUAL_LOSS)),
-            false => least,
-        }
+            .reduce(f64::min)?;
+        Some(least.min(self.refused_at_few().unwrap_or(MAX_USUAL_LOSS)))
     }
 
     /// The share refused at one to three in flight, where it says the
@@ -1882,7 +1877,9 @@ mod tests {
                 Signal::Overload,
             );
         }
-        let banded = controller.banded_share();
+        let banded = controller
+            .banded_share()
+            .expect("a band with enough answers");
         assert!(banded >= MIN_CUT, "{banded}");
         let usual = controller.usual_share();
         assert!(usual < MIN_CUT / 10.0, "{usual}");
