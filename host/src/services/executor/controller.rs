@@ -2160,8 +2160,8 @@ mod tests {
         let start = Instant::now();
         let ms = |n: u64| start + Duration::from_millis(n);
         // 64 requests in the first 50 ms against a no-load round trip of
-        // 0.1 s, 63 answered in 0.16 s and the last at 0.4 s; a request
-        // sent after the window's own, or none.
+        // 0.1 s, 63 answered in 0.16 s and the last, sent at 50 ms, back
+        // at 0.4 s; a request sent after the window's own, or none.
         let limit_after = |sent_after: bool| {
             let mut controller = Controller::new(64, 128, start);
             controller.slow_start = false;
