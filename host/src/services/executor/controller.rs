@@ -109,6 +109,8 @@ const MIN_JUDGED: u32 = 8;
 /// judged by the answers a window brings (see `Cut::cost_answers`), which a
 /// few say as well as many.
 const MIN_JUDGED_COLLAPSED: u32 = 4;
+/// The fewest answers a window judges a queue by.
+const MIN_QUEUE_JUDGED: u32 = 3;
 /// In slow start, refusals up to this share of the limit (and two standard
 /// deviations over it) do not end it: a shared endpoint refuses a few in a
 /// hundred whatever the load, and one such refusal at a limit of 12 left a
@@ -266,7 +268,22 @@ impl Tally {
     /// their mean, the limit stayed at one for a minute, at half its capacity.
     fn no_load_at_most(&self) -> Option<f64> {
         let (rtt, _) = self.point()?;
-        Some(rtt * (1.0 + 2.0 * self.log_rtt_error()))
+        Some(rtt * (1.0 + self.two_sided_95() * self.log_rtt_error()))
+    }
+
+    /// How many standard errors bound the mean of these answers: Student's
+    /// t at 95 %, two-sided, for their count. Two standard errors took the
+    /// spread of a few answers as known, and the spread of two or three is
+    /// a guess: two answers of a long tail, each held to twice the smoothed
+    /// round trip, were alike and three times the median, and cut the limit
+    /// from 10 to 2.5 in slow start.
+    fn two_sided_95(&self) -> f64 {
+        const T: [f64; 9] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26];
+        match self.ok.saturating_sub(1) as usize {
+            0 => f64::INFINITY,
+            df @ 1..=9 => T[df - 1],
+            df => 2.0 + 2.3 / df as f64,
+        }
     }
 
     /// Keeps half the answers, their means as they were.
@@ -1536,11 +1553,14 @@ impl Controller {
             .map_or(before, |lower| before.min(lower));
         self.lower_no_load(base);
         // And only where the answers are surely past the no-load round trip
-        // at all, two standard errors below their mean: one or two answers of
-        // a model's long tail pass half again it by nature, and against
+        // at all, below their mean by Student's t: one or two answers of a
+        // model's long tail pass half again it by nature, and against
         // answers of 0.5 s on average such windows cut the limit to one or
-        // two for seconds.
-        let surely_slower = rtt * (-2.0 * t.log_rtt_error()).exp() > base;
+        // two for seconds. Two answers, each held to twice the smoothed
+        // round trip, can be alike whatever their spread: a window needs
+        // three.
+        let surely_slower =
+            t.ok >= MIN_QUEUE_JUDGED && rtt * (-t.two_sided_95() * t.log_rtt_error()).exp() > base;
         (queued(rtt, base) && surely_slower).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }
 
@@ -2153,6 +2173,30 @@ mod tests {
         let controller = cut_then_alone(0.9);
         assert_eq!(controller.limit(), 2);
         assert!(!controller.slow_start && controller.queue_bound);
+    }
+
+    #[test]
+    fn a_window_of_a_few_answers_is_judged_by_students_t() {
+        let mut controller = Controller::new(4, 128, Instant::now());
+        controller.base_rtt = Some(0.1);
+        let window = |rtts: &[f64]| {
+            let mut tally = Tally::default();
+            for &rtt in rtts {
+                tally.answered(rtt, 8, f64::INFINITY);
+            }
+            tally
+        };
+        // Four answers 1.65 times the no-load round trip on average, spread
+        // so that two standard errors would call them surely slower and t at
+        // three degrees of freedom does not.
+        let spread = window(&[0.10, 0.12, 0.19, 0.25]);
+        assert!(spread.point().unwrap().0 * (-2.0 * spread.log_rtt_error()).exp() > 0.1);
+        assert_eq!(controller.queueing(&spread), None);
+        // Alike, they are a queue's.
+        assert!(controller.queueing(&window(&[0.165; 4])).is_some());
+        // Two alike are too few; three are not.
+        assert_eq!(controller.queueing(&window(&[0.3; 2])), None);
+        assert!(controller.queueing(&window(&[0.3; 3])).is_some());
     }
 
     #[test]
