@@ -164,6 +164,17 @@ const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
 /// in the spread of a few answers, and a cut wrongly found useless would
 /// teach a queue's round trip as the no-load one.
 const QUEUE_JUDGED_BELOW: f64 = 0.75;
+/// A queue cut made in slow start that its answers cannot judge (see
+/// `Controller::judge_since_queue_cut`) is cut again once this many times
+/// the answers a judgement needs are back, where their round trip is at
+/// least `UNDECIDED_RATIO` times the no-load one: a queue as long as what
+/// the server serves at once, surely one. (On half again, the least a
+/// window cuts for, `sim.rs` gave the same figures; after slow start too,
+/// a cut of a few in a hundred came every few round trips in a queue's
+/// steady state, each starting the windows' judgement over, and a server
+/// of 8 slots that became twice as quick held a queue of 45 for a moment.)
+const UNDECIDED_JUDGED: u32 = 2;
+const UNDECIDED_RATIO: f64 = 2.0;
 /// A queue cut whose round trip fell by less than this share of the fall
 /// of the requests in flight (on a log scale) is undone: below a half,
 /// halving the requests in flight loses more than 29 % of the answers a
@@ -969,8 +980,11 @@ impl Controller {
         let Some(point_after) = after.point().filter(|_| after.ok >= cut.answers_needed()) else {
             return;
         };
+        let undecided_for_long =
+            cut.in_slow_start && after.ok >= UNDECIDED_JUDGED * cut.answers_needed();
         match cut.useless(point_after) {
             // Too small to tell yet: cuts that follow add to it.
+            None if undecided_for_long => self.judge_since_queue_cut(after, now),
             None => {}
             Some(false) => self.queue_cut = None,
             Some(true) => {
@@ -979,6 +993,36 @@ impl Controller {
                 self.undo_queue_cuts(before, in_slow_start, now);
             }
         }
+    }
+
+    /// A queue cut stays undecided while the requests in flight since it
+    /// are too close to those of the answers that set it off. In slow
+    /// start those answers were sent early, at a few in flight, and the
+    /// smoothed load they are measured by lags: cut back from 16 to 3.3
+    /// against answers at 3.8 in flight, the cut was never judged, and
+    /// with the no-load estimate the quickest of the first answers of a
+    /// long tail, every round trip after it looked queued, so the limit
+    /// never grew: it held for ten seconds, until a drain sent requests
+    /// alone. Where the answers since the cut (`after`), many of them,
+    /// still show a queue, they cut again as a window would, and the
+    /// requests in flight then fall far enough for the answers after to
+    /// say whether the round trip followed. Only cuts made in slow start,
+    /// whose load lags so: a window's cut after it is measured against the
+    /// window's own answers, sent at what the limit held.
+    fn judge_since_queue_cut(&mut self, after: Tally, now: Instant) {
+        let Some(ratio) = self.queueing(&after).filter(|&r| r >= UNDECIDED_RATIO) else {
+            return;
+        };
+        if let Some(lower) = self.not_a_queue(after, now) {
+            self.raise_no_load(lower);
+            return;
+        }
+        let before = self.limit;
+        self.cut_for_queue(ratio, now);
+        let point = after.point();
+        let rtt = point.map_or(0.0, |(rtt, _)| rtt);
+        self.queue_cut_made(before, point, rtt, false);
+        self.changed(now);
     }
 
     /// Queue cuts from `before` were no queue's: the limit goes back, and
@@ -2233,6 +2277,61 @@ mod tests {
         assert!(limit_after(true) < 64);
         // None followed: the answers still to come were the slowest.
         assert_eq!(limit_after(false), 64);
+    }
+
+    #[test]
+    fn a_queue_cut_its_answers_cannot_judge_is_cut_until_they_can() {
+        let start = Instant::now();
+        let ms = |n: u64| start + Duration::from_millis(n);
+        // A cut from 16 to 3.3 by answers whose load is taken as 3.8 in
+        // flight: the 3 since are too close to it to judge.
+        let undecided = |in_slow_start: bool| {
+            let mut controller = Controller::new(4, 128, start);
+            controller.slow_start = false;
+            (controller.base_rtt, controller.srtt) = (Some(0.1), Some(0.3));
+            controller.limit = 3.3;
+            controller.queue_cut = Some(QueueCut {
+                before: 16.0,
+                point_before: (0.24, 3.8),
+                after: 3.3,
+                in_slow_start,
+            });
+            controller.queue_cuts = Some(QueueCuts {
+                rtt: 0.24,
+                before: 16.0,
+                in_slow_start,
+            });
+            controller
+        };
+        // Answers in three times the no-load round trip, one at a time, so
+        // that no window holds enough of them to be judged.
+        let answer = |controller: &mut Controller, at: &mut u64, in_flight: usize, count: u64| {
+            for _ in 0..count {
+                controller.on_answer(ms(*at), ms(*at - 300), in_flight, Signal::Success);
+                *at += 200;
+            }
+        };
+        let mut at = 1000;
+        let mut controller = undecided(true);
+        answer(&mut controller, &mut at, 3, 7);
+        assert_eq!(controller.limit(), 3, "seven answers are not yet many");
+        answer(&mut controller, &mut at, 3, 1);
+        assert!(
+            controller.limit < QUEUE_JUDGED_BELOW * 3.8,
+            "{}",
+            controller.limit
+        );
+        // Sent since that cut, at two in flight, the round trip is the same:
+        // no queue's, so the cuts are undone and slow start goes on.
+        at += 300;
+        answer(&mut controller, &mut at, 2, 4);
+        assert_eq!(controller.limit(), 16);
+        assert!(controller.slow_start);
+        assert_eq!(controller.base_rtt, Some(0.3));
+        // A cut made after slow start is left to the windows.
+        let (mut controller, mut at) = (undecided(false), 1000);
+        answer(&mut controller, &mut at, 3, 16);
+        assert_eq!(controller.limit(), 3);
     }
 
     #[test]
