@@ -1013,16 +1013,33 @@ impl Controller {
         let Some(ratio) = self.queueing(&after).filter(|&r| r >= UNDECIDED_RATIO) else {
             return;
         };
-        if let Some(lower) = self.not_a_queue(after, now) {
+        if self.cut_for_queue_shown_by(after, ratio, false, now) {
+            self.changed(now);
+        }
+    }
+
+    /// Cuts the limit for the queue the answers `t` show, `ratio` times the
+    /// no-load round trip, and keeps the cut to be judged; unless their
+    /// round trip rose far less than the load since a lower one
+    /// (`not_a_queue`), which then becomes the no-load estimate. Returns
+    /// whether it cut.
+    fn cut_for_queue_shown_by(
+        &mut self,
+        t: Tally,
+        ratio: f64,
+        in_slow_start: bool,
+        now: Instant,
+    ) -> bool {
+        if let Some(lower) = self.not_a_queue(t, now) {
             self.raise_no_load(lower);
-            return;
+            return false;
         }
         let before = self.limit;
         self.cut_for_queue(ratio, now);
-        let point = after.point();
+        let point = t.point();
         let rtt = point.map_or(0.0, |(rtt, _)| rtt);
-        self.queue_cut_made(before, point, rtt, false);
-        self.changed(now);
+        self.queue_cut_made(before, point, rtt, in_slow_start);
+        true
     }
 
     /// Queue cuts from `before` were no queue's: the limit goes back, and
@@ -1313,16 +1330,7 @@ impl Controller {
             if self.queue_cut_judging() {
                 return false;
             }
-            if let Some(lower) = self.not_a_queue(t, now) {
-                self.raise_no_load(lower);
-                return false;
-            }
-            let (before, in_slow_start) = (self.limit, self.slow_start);
-            self.cut_for_queue(ratio, now);
-            let point = t.point();
-            let rtt = point.map_or(0.0, |(rtt, _)| rtt);
-            self.queue_cut_made(before, point, rtt, in_slow_start);
-            return true;
+            return self.cut_for_queue_shown_by(t, ratio, self.slow_start, now);
         }
         // The floor follows what the window held, not what the limit has
         // grown to by its close: in slow start the limit triples in a round
@@ -2223,13 +2231,8 @@ mod tests {
     fn a_window_of_a_few_answers_is_judged_by_students_t() {
         let mut controller = Controller::new(4, 128, Instant::now());
         controller.base_rtt = Some(0.1);
-        let window = |rtts: &[f64]| {
-            let mut tally = Tally::default();
-            for &rtt in rtts {
-                tally.answered(rtt, 8, f64::INFINITY);
-            }
-            tally
-        };
+        // Whatever the requests in flight: only the round trips count here.
+        let window = at_twenty;
         // Four answers 1.65 times the no-load round trip on average, spread
         // so that two standard errors would call them surely slower and t at
         // three degrees of freedom does not.
