@@ -355,6 +355,8 @@ struct QueueCut {
     after: f64,
     /// Slow start was under way: it goes on if the cut proves useless.
     in_slow_start: bool,
+    /// Answers a second as it was made (`Controller::answer_rate`).
+    rate_before: Option<f64>,
 }
 
 impl QueueCut {
@@ -521,6 +523,8 @@ pub struct Controller {
     queue_cut: Option<QueueCut>,
     /// Answers to requests sent since the pending queue cut.
     since_queue_cut: Tally,
+    /// When the first and the latest of them came.
+    since_queue_cut_span: Option<(Instant, Instant)>,
     /// The last cut was for a queue and was not undone: the limit is the
     /// queue's, and is drained now and then.
     queue_bound: bool,
@@ -607,6 +611,7 @@ impl Controller {
             pending: None,
             queue_cut: None,
             since_queue_cut: Tally::default(),
+            since_queue_cut_span: None,
             queue_bound: false,
             drain: None,
             next_drain: None,
@@ -854,6 +859,8 @@ impl Controller {
         }
         if self.queue_cut.is_some() && sent_at >= self.last_change {
             self.since_queue_cut.answered(rtt, in_flight, srtt);
+            let first = self.since_queue_cut_span.map_or(now, |(first, _)| first);
+            self.since_queue_cut_span = Some((first, now));
             self.judge_queue_cut(now);
         }
         if let Some(drain) = self.drain.as_mut()
@@ -969,9 +976,10 @@ impl Controller {
     }
 
     /// Once enough answers to requests sent since the pending queue cut are
-    /// back: if their round trip did not fall with the limit, the limit
-    /// goes back to where it was, their round trip is the no-load one, and
-    /// slow start goes on if the cut ended it.
+    /// back: if their round trip did not fall with the limit, and they come
+    /// fewer a second than before it, the limit goes back to where it was,
+    /// their round trip is the no-load one, and slow start goes on if the
+    /// cut ended it.
     fn judge_queue_cut(&mut self, now: Instant) {
         let Some(cut) = &self.queue_cut else {
             return;
@@ -987,11 +995,47 @@ impl Controller {
             None if undecided_for_long => self.judge_since_queue_cut(after, now),
             None => {}
             Some(false) => self.queue_cut = None,
+            // A queue serves as many a second after a cut that leaves it
+            // busy; answers slow by nature come fewer a second with fewer
+            // in flight. Where they did not, the round trip's fall was
+            // lost in the answers' noise: against llama.cpp serving one
+            // at a time (and not in the order sent), slow start's cut from
+            // 14 to 2 was found useless by four answers, and a queue of 12
+            // stood for eleven seconds.
+            Some(true) if !self.cost_answers(cut, point_after.1) => {}
             Some(true) => {
                 let (before, in_slow_start) = (cut.before, cut.in_slow_start);
                 self.raise_no_load(point_after.0);
                 self.undo_queue_cuts(before, in_slow_start, now);
             }
+        }
+    }
+
+    /// Answers a second over the latest `SLOW_START_DELAY_SAMPLE`.
+    fn answer_rate(&self) -> Option<f64> {
+        if self.answers_seen < SLOW_START_DELAY_SAMPLE {
+            return None;
+        }
+        let at = |a: &Answered| a.sent_at + Duration::from_secs_f64(a.rtt);
+        let first = self.latest.iter().map(at).min()?;
+        let last = self.latest.iter().map(at).max()?;
+        let span = last.saturating_duration_since(first).as_secs_f64();
+        (span > 0.0).then(|| (SLOW_START_DELAY_SAMPLE - 1) as f64 / span)
+    }
+
+    /// Whether the answers since the queue cut `cut`, sent at `load_after`
+    /// in flight, come a second nearer to what no queue gives (fewer, in
+    /// proportion to the load) than to what a queue gives (as many as
+    /// before); taken so where either rate is unknown.
+    fn cost_answers(&self, cut: &QueueCut, load_after: f64) -> bool {
+        let after = self.since_queue_cut_span.and_then(|(first, last)| {
+            let span = last.saturating_duration_since(first).as_secs_f64();
+            (span > 0.0).then(|| f64::from(self.since_queue_cut.ok - 1) / span)
+        });
+        let if_no_queue = (load_after / cut.point_before.1).min(1.0);
+        match (cut.rate_before, after) {
+            (Some(before), Some(after)) => after < before * (1.0 + if_no_queue) / 2.0,
+            _ => true,
         }
     }
 
@@ -1082,11 +1126,13 @@ impl Controller {
                     point_before,
                     after: self.limit,
                     in_slow_start,
+                    rate_before: self.answer_rate(),
                 });
             }
             (_, None) => self.queue_cut = None,
         }
         self.since_queue_cut = Tally::default();
+        self.since_queue_cut_span = None;
     }
 
     /// Whether the pending queue cut still waits for the answers that judge
@@ -2155,6 +2201,7 @@ mod tests {
             point_before: (2.0, 40.0),
             after: 20.0,
             in_slow_start: false,
+            rate_before: None,
         };
         // A queue: half the requests in flight, half the round trip.
         assert_eq!(cut.useless((1.0, 20.0)), Some(false));
@@ -2282,6 +2329,17 @@ mod tests {
         assert_eq!(limit_after(false), 64);
     }
 
+    /// A controller after slow start whose queue cut `cut` waits to be
+    /// judged, with a no-load and a smoothed round trip of `rtts`.
+    fn cut_pending(start: Instant, rtts: (f64, f64), cut: QueueCut) -> Controller {
+        let mut controller = Controller::new(4, 128, start);
+        controller.slow_start = false;
+        (controller.base_rtt, controller.srtt) = (Some(rtts.0), Some(rtts.1));
+        controller.limit = cut.after;
+        controller.queue_cut = Some(cut);
+        controller
+    }
+
     #[test]
     fn a_queue_cut_its_answers_cannot_judge_is_cut_until_they_can() {
         let start = Instant::now();
@@ -2289,16 +2347,14 @@ mod tests {
         // A cut from 16 to 3.3 by answers whose load is taken as 3.8 in
         // flight: the 3 since are too close to it to judge.
         let undecided = |in_slow_start: bool| {
-            let mut controller = Controller::new(4, 128, start);
-            controller.slow_start = false;
-            (controller.base_rtt, controller.srtt) = (Some(0.1), Some(0.3));
-            controller.limit = 3.3;
-            controller.queue_cut = Some(QueueCut {
+            let cut = QueueCut {
                 before: 16.0,
                 point_before: (0.24, 3.8),
                 after: 3.3,
                 in_slow_start,
-            });
+                rate_before: None,
+            };
+            let mut controller = cut_pending(start, (0.1, 0.3), cut);
             controller.queue_cuts = Some(QueueCuts {
                 rtt: 0.24,
                 before: 16.0,
@@ -2335,6 +2391,44 @@ mod tests {
         let (mut controller, mut at) = (undecided(false), 1000);
         answer(&mut controller, &mut at, 3, 16);
         assert_eq!(controller.limit(), 3);
+    }
+
+    #[test]
+    fn a_queue_cut_whose_answers_come_as_many_a_second_stands() {
+        let start = Instant::now();
+        // Slow start's cut from 14 to 2.4, set off by answers taken as 0.8 s
+        // at 3.4 in flight, coming 3.3 a second.
+        let cut = |rate_before: Option<f64>| {
+            let cut = QueueCut {
+                before: 14.0,
+                point_before: (0.8, 3.4),
+                after: 2.4,
+                in_slow_start: true,
+                rate_before,
+            };
+            cut_pending(start, (0.35, 0.8), cut)
+        };
+        // Four answers at two in flight, 0.7 s each: a round trip that fell
+        // by an eighth for a load that fell by two fifths.
+        let answer_every = |controller: &mut Controller, gap_ms: u64| {
+            for i in 0..4 {
+                let at = start + Duration::from_millis(1000 + i * gap_ms);
+                controller.on_answer(at, at - Duration::from_millis(700), 2, Signal::Success);
+            }
+        };
+        // As many a second as before: a server serving one at a time.
+        let mut controller = cut(Some(3.3));
+        answer_every(&mut controller, 300);
+        assert_eq!(controller.limit(), 2);
+        assert_eq!(controller.base_rtt, Some(0.35));
+        // Fewer a second, in proportion to the load: no queue's.
+        let mut controller = cut(Some(3.3));
+        answer_every(&mut controller, 520);
+        assert_eq!(controller.limit(), 14);
+        // Without a rate before, the round trip alone decides, as it did.
+        let mut controller = cut(None);
+        answer_every(&mut controller, 300);
+        assert_eq!(controller.limit(), 14);
     }
 
     #[test]
