@@ -386,6 +386,18 @@ impl QueueCut {
         }
         Some(elasticity(point_after, self.point_before) < QUEUE_ELASTICITY)
     }
+
+    /// Whether the answers since the cut, `rate_after` a second at
+    /// `load_after` in flight, come nearer to what no queue gives (fewer,
+    /// in proportion to the load) than to what a queue gives (as many as
+    /// before); taken so where either rate is unknown.
+    fn cost_answers(&self, rate_after: Option<f64>, load_after: f64) -> bool {
+        let (Some(before), Some(after)) = (self.rate_before, rate_after) else {
+            return true;
+        };
+        let if_no_queue = (load_after / self.point_before.1).min(1.0);
+        after < before * (1.0 + if_no_queue) / 2.0
+    }
 }
 
 /// The limit held at `DRAIN_SHARE` of itself (or `DRAIN_AGAIN_SHARE`)
@@ -1002,7 +1014,7 @@ impl Controller {
             // at a time (and not in the order sent), slow start's cut from
             // 14 to 2 was found useless by four answers, and a queue of 12
             // stood for eleven seconds.
-            Some(true) if !self.cost_answers(cut, point_after.1) => {}
+            Some(true) if !cut.cost_answers(self.rate_since_queue_cut(), point_after.1) => {}
             Some(true) => {
                 let (before, in_slow_start) = (cut.before, cut.in_slow_start);
                 self.raise_no_load(point_after.0);
@@ -1023,20 +1035,11 @@ impl Controller {
         (span > 0.0).then(|| (SLOW_START_DELAY_SAMPLE - 1) as f64 / span)
     }
 
-    /// Whether the answers since the queue cut `cut`, sent at `load_after`
-    /// in flight, come a second nearer to what no queue gives (fewer, in
-    /// proportion to the load) than to what a queue gives (as many as
-    /// before); taken so where either rate is unknown.
-    fn cost_answers(&self, cut: &QueueCut, load_after: f64) -> bool {
-        let after = self.since_queue_cut_span.and_then(|(first, last)| {
-            let span = last.saturating_duration_since(first).as_secs_f64();
-            (span > 0.0).then(|| f64::from(self.since_queue_cut.ok - 1) / span)
-        });
-        let if_no_queue = (load_after / cut.point_before.1).min(1.0);
-        match (cut.rate_before, after) {
-            (Some(before), Some(after)) => after < before * (1.0 + if_no_queue) / 2.0,
-            _ => true,
-        }
+    /// Answers a second to requests sent since the pending queue cut.
+    fn rate_since_queue_cut(&self) -> Option<f64> {
+        let (first, last) = self.since_queue_cut_span?;
+        let span = last.saturating_duration_since(first).as_secs_f64();
+        (span > 0.0).then(|| f64::from(self.since_queue_cut.ok - 1) / span)
     }
 
     /// A queue cut stays undecided while the requests in flight since it
