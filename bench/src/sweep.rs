@@ -68,6 +68,20 @@ fn sweeps(latency: Duration) -> Vec<Sweep> {
             limit: Duration::from_secs(120).mul_f64(slower),
             schedules: &[0],
         },
+        Sweep {
+            name: "long tail capped (answers log-normal, sigma 0.8; 429 + Retry-After 1 s \
+                   beyond 32 in flight)",
+            rows: 3000,
+            script: Script {
+                latency,
+                latency_tail: 0.8,
+                capacity: Some(32),
+                retry_after_seconds: Some(1.0),
+                ..Script::default()
+            },
+            limit: Duration::from_secs(120).mul_f64(slower),
+            schedules: &[0],
+        },
     ]
 }
 
