@@ -1235,9 +1235,25 @@ async fn against_fixed(
     (adaptive, best.unwrap())
 }
 
-/// Adaptive against the best of `fixed`, `rows` each, over `count` draws
-/// of the server `at` makes: the ratios, printed under `name` with their
-/// mean and the worst; returns their mean.
+/// Adaptive against the best of `fixed`, `rows` each, every row answered,
+/// over `count` draws of the server `at` makes: the ratios, draw by draw.
+async fn ratios_over_draws(
+    count: u64,
+    rows: usize,
+    fixed: &[usize],
+    at: impl Fn(u64) -> Rc<Sim>,
+) -> Vec<f64> {
+    let mut ratios = Vec::new();
+    for draw in draws(count) {
+        let (adaptive, (_, best)) = against_fixed(|| at(draw), rows, fixed).await;
+        assert_eq!(adaptive.ok, rows);
+        ratios.push(adaptive.seconds / best.seconds);
+    }
+    ratios
+}
+
+/// `ratios_over_draws`, printed under `name` with their mean and the
+/// worst; returns their mean.
 async fn mean_ratio_over_draws(
     name: &str,
     count: u64,
@@ -1245,12 +1261,7 @@ async fn mean_ratio_over_draws(
     fixed: &[usize],
     at: impl Fn(u64) -> Rc<Sim>,
 ) -> f64 {
-    let mut ratios = Vec::new();
-    for draw in draws(count) {
-        let (adaptive, (_, best)) = against_fixed(|| at(draw), rows, fixed).await;
-        assert_eq!(adaptive.ok, rows);
-        ratios.push(adaptive.seconds / best.seconds);
-    }
+    let ratios = ratios_over_draws(count, rows, fixed, at).await;
     let mean = mean(&ratios);
     let worst = ratios.iter().copied().fold(0.0, f64::max);
     eprintln!(
@@ -1555,14 +1566,9 @@ async fn dense_error_bursts_against_answers_in_a_second_do_not_hold_the_limit_do
 /// over the best fixed one's, by schedule.
 async fn dense_bursts_by_schedule(latency: Duration) -> Vec<f64> {
     let schedules = env_number("WEIR_SIM_SCHEDULES").unwrap_or(32);
-    let rows = 2000;
-    let mut ratios = Vec::new();
-    for seed in draws(schedules) {
-        let server = dense_bursts_answered_in(latency, None, seed.wrapping_mul(0x9E37_79B9));
-        let (adaptive, (_, best)) = against_fixed(server, rows, &[32, 64, 128]).await;
-        assert_eq!(adaptive.ok, rows);
-        ratios.push(adaptive.seconds / best.seconds);
-    }
+    let server =
+        |seed: u64| dense_bursts_answered_in(latency, None, seed.wrapping_mul(0x9E37_79B9))();
+    let ratios = ratios_over_draws(schedules, 2000, &[32, 64, 128], server).await;
     let mean = mean(&ratios);
     let beyond = ratios.iter().filter(|&&r| r > 1.5).count();
     eprintln!(
