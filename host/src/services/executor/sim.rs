@@ -1811,8 +1811,8 @@ async fn a_server_that_slows_is_used_as_fully_after() {
 /// left, or a run's later prompts are shorter). A window's round trip
 /// lowers the no-load estimate only when it is quicker, and at the load
 /// the old estimate allows, a queue of the server's slots or more makes
-/// every window as slow as before: without drains (see `Drain` in
-/// `controller.rs`) the faster server kept a queue of 31 over the last
+/// every window as slow as before: without drains (see
+/// `controller/drain.rs`) the faster server kept a queue of 31 over the last
 /// 40 s, four times its slots.
 #[tokio::test(start_paused = true)]
 async fn a_server_that_speeds_up_gets_a_short_queue_after() {

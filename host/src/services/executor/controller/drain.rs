@@ -1,0 +1,107 @@
+//! Drains of a limit held by a queue, now and then, to see the round trip
+//! without it.
+
+use super::*;
+
+/// The share of the limit a drain holds.
+const DRAIN_SHARE: f64 = 0.5;
+
+/// The limit held at `DRAIN_SHARE` of itself (or `DRAIN_AGAIN_SHARE`)
+/// until the answers to a limit's worth of requests sent since are back,
+/// as BBR's ProbeRTT holds its window down now and then. A window lowers
+/// the no-load estimate only when its round trip is quicker, and a queue,
+/// once held, keeps every window as slow as the estimate allows: a server
+/// that became twice as quick kept a queue of four times its slots.
+/// Drained, the queue empties and the answers show the round trip without
+/// it.
+pub(super) struct Drain {
+    /// The limit to go back to.
+    pub(super) restore: f64,
+    pub(super) started: Instant,
+    /// Answers to requests sent since it started.
+    pub(super) answered: Tally,
+}
+
+impl Controller {
+    /// Drains a limit held by a queue, when one is due.
+    pub(super) fn drain_if_due(&mut self, now: Instant) {
+        let due = self.next_drain.is_some_and(|at| now >= at);
+        let quiet = self.pending.is_none() && !self.queue_cut_judging() && !self.slow_start;
+        let share = match self.drain_again {
+            true => DRAIN_AGAIN_SHARE,
+            false => DRAIN_SHARE,
+        };
+        let drained = (self.limit * share).floor().max(1.0);
+        let measured = self.base_rtt.is_some();
+        if !(self.queue_bound && due && quiet && measured && self.drain.is_none())
+            || drained >= self.limit
+        {
+            return;
+        }
+        self.drain = Some(Drain {
+            restore: self.limit,
+            started: now,
+            answered: Tally::default(),
+        });
+        self.limit = drained;
+        // A queue cut still unjudged is older than the drain's measure, and
+        // the drain's answers at half the load would judge it against a
+        // round trip many round trips old: one made in slow start, undone
+        // so, started slow start over from 152 slots against 32.
+        self.queue_cut = None;
+        self.changed(now);
+    }
+
+    /// Once a limit's worth of requests sent during the drain are
+    /// answered: their round trip lowers the no-load estimate, as far as
+    /// two standard errors allow (`Tally::no_load_at_most`), and the limit
+    /// goes back. Nothing else moves the estimate while a drain lasts: no
+    /// window is judged, and what would raise it ends the drain first.
+    pub(super) fn end_drain_once_answered(&mut self, now: Instant) {
+        let (Some(drain), Some(before)) = (&self.drain, self.base_rtt) else {
+            return;
+        };
+        // Four at the least, as for a collapsed cut: at a limit of one, each
+        // answer of a drain is one round trip at half the throughput.
+        let needed = MIN_JUDGED_COLLAPSED.max(self.limit as u32);
+        let Some(lower) = drain
+            .answered
+            .no_load_at_most()
+            .filter(|_| drain.answered.ok >= needed)
+        else {
+            return;
+        };
+        self.limit = self.limit.max(drain.restore);
+        let lowered = self.lower_no_load(before.min(lower));
+        self.drain = None;
+        self.drain_again = lowered;
+        if lowered {
+            self.drain_every = DRAIN_EVERY_ROUND_TRIPS;
+            self.next_drain = Some(now + self.window_len() * DRAIN_AGAIN_ROUND_TRIPS);
+        } else {
+            self.schedule_drain(now);
+            self.drain_every = (self.drain_every * 2).min(DRAIN_EVERY_MOST_ROUND_TRIPS);
+        }
+        self.changed(now);
+    }
+
+    fn schedule_drain(&mut self, now: Instant) {
+        let wait = (self.window_len() * self.drain_every).max(DRAIN_EVERY_AT_LEAST);
+        self.next_drain = Some(now + wait);
+    }
+
+    /// A queue cut the limit: drains are due from now on.
+    pub(super) fn held_by_queue(&mut self, now: Instant) {
+        self.queue_bound = true;
+        if self.next_drain.is_none() {
+            self.schedule_drain(now);
+        }
+    }
+
+    /// A drain under way ends without its measure: the limit goes back.
+    pub(super) fn drop_drain(&mut self) {
+        if let Some(drain) = self.drain.take() {
+            self.limit = self.limit.max(drain.restore);
+        }
+    }
+}

@@ -1,0 +1,861 @@
+//! The adaptive concurrency limit of one endpoint: how many requests may be
+//! on the wire at once. It reads two signals, as TCP Vegas and Netflix's
+//! Gradient2 do: losses (429/503/529, a request that found no room in the
+//! server's queue) and the round trip measured against a no-load estimate
+//! (a server that queues instead of refusing answers later and later).
+//!
+//! Answers are judged by window: the requests sent during one smoothed round
+//! trip, looked at once they are back. A decision changes the limit at most
+//! once per window, and the requests sent before a change are not judged
+//! again, so a burst of rejections from one window cuts only once.
+//!
+//! - Slow start: while the limit is reached, every answer adds two slots (the
+//!   limit triples per round trip: 4 → 12 → 36 in two round trips), until
+//!   losses beyond a few in a hundred, or queueing. The first losses cut
+//!   the limit back to the requests in flight where they began.
+//! - Losses beyond the endpoint's usual share (see below) cut the limit by the
+//!   share of requests that were refused (between 10 % and half), never below
+//!   a learned floor unless the floor itself was already reached or has
+//!   held cuts back for `FLOOR_HELD_ROUND_TRIPS` round trips. Cuts in a
+//!   row head back to what the endpoint answered before the first, and far
+//!   below that the limit grows back as in slow start once the refusals are
+//!   back to their usual share.
+//! - Losses that do not come from load: after a cut, a window whose loss rate
+//!   did not fall proves the cut useless, so it is undone and the loss rate is
+//!   learned as the endpoint's usual share, which later windows are measured
+//!   against. Random 429s therefore do not ratchet the limit down. The
+//!   usual share is also read off the answers by the requests in flight at
+//!   their send: refusals as frequent at a few in flight as at many do not
+//!   come from the load, and that is known before any cut is judged; and
+//!   a level in flight where they are rare bounds the usual share from above.
+//!   Past a half only where one to three in flight are refused nearly as
+//!   often, by an endpoint that had answered many more at once.
+//! - Queueing: a window whose mean round trip is more than `TOLERANCE` times the
+//!   no-load estimate shrinks the limit in proportion, which holds the
+//!   server's queue at about half of what it serves at once. The answers
+//!   after such a cut say whether the round trip fell with the requests in
+//!   flight: where it did not, the round trip was not a queue's (answers
+//!   that vary in length, a server that batches), the cut is undone and
+//!   their round trip becomes the no-load estimate. Before a cut, the
+//!   answers at a lower load, kept by band of requests in flight, say the
+//!   same: a round trip that rose far less than the load since is no queue,
+//!   and neither is, in slow start, an answer within their spread. Answers
+//!   to requests sent alone met no queue of the client's making, and raise
+//!   the estimate to their mean (`learn_from_alone`).
+//! - Growth after slow start follows TCP BIC: half the distance back to what
+//!   the limit of the last cut served per round trip, then slow probing
+//!   beyond it that doubles every round trip, its least step following time
+//!   rather than round trips against an endpoint that refuses whatever the
+//!   load (`GROWTH_ROUND_TRIP`).
+//! - A run's last stretch does not probe beyond the edge (`tail_limit`).
+//!
+//! Nothing here reads a clock: every event carries its instant, so the
+//! controller is tested on simulated time.
+
+mod drain;
+mod losses;
+mod no_load;
+mod queue;
+mod tally;
+#[cfg(test)]
+mod tests;
+
+use drain::Drain;
+use losses::Cut;
+use queue::{QueueCut, QueueCuts};
+use std::time::Duration;
+use tally::{Tally, elasticity, upper_bound};
+use tokio::time::Instant;
+
+/// Slots an answer adds in slow start while the limit is reached.
+const SLOW_START_GAIN: f64 = 2.0;
+/// Smallest growth per round trip (slots) after slow start. It is what every
+/// client sharing an endpoint adds alike, while cuts take a share: the larger
+/// it is, the sooner clients that started apart (shards of one run, the
+/// first of which found the server to itself) come to equal limits. In
+/// `sim.rs`, four shards of 500 rows started 40 ms apart on a server capped
+/// at 32 stood at 12 and 4 slots each for seconds at 0.1 and took 1 / 0.90
+/// the time of one run; at 0.3, 1 / 0.97, for about 1 % more refusals.
+const MIN_GROWTH: f64 = 0.3;
+/// Against an endpoint that refuses some requests whatever the load, the
+/// least growth is `MIN_GROWTH` per this many seconds of round trip rather
+/// than per round trip (up to `TIMED_GROWTH_SHARE` of the limit), as CUBIC
+/// grows by time: its cuts are many and mostly needless, and against
+/// answers in 3 s each climb back took tens of seconds (ChaosLLM's
+/// `stress_aimd` 3.54 and `realistic` 3.30 times the best fixed concurrency
+/// in `sim.rs`; 2.36 and 2.15 so). An endpoint that refuses only for want
+/// of room, or a queue, is probed as before: faster probing of its edge
+/// cost capped servers with answers in 2 s up to an eighth more calls.
+const GROWTH_ROUND_TRIP: f64 = 0.5;
+const TIMED_GROWTH_SHARE: f64 = 1.0 / 8.0;
+/// A cut for losses takes at least this share off, and at most `MAX_CUT`.
+const MIN_CUT: f64 = 0.1;
+const MAX_CUT: f64 = 0.5;
+/// A cut for queueing keeps at least this share of the limit.
+const MAX_QUEUE_CUT: f64 = 0.25;
+/// A round trip up to this many times the no-load one is not queueing.
+const TOLERANCE: f64 = 1.5;
+/// Nor is one less than this (seconds) above it: against a server that
+/// answers in a millisecond, the host's own scheduling is all the variation.
+const RTT_NOISE: f64 = 0.02;
+/// Refusing more than this share is not taken for the endpoint's usual
+/// noise (an endpoint that refuses everything is over capacity), unless
+/// the refusals come at one to three in flight (`Controller::refused_at_few`).
+const MAX_USUAL_LOSS: f64 = 0.5;
+/// Weight of the newest stretch of answers in the usual loss rate.
+const LOSS_WEIGHT: f64 = 0.2;
+/// Answers pooled before the usual loss rate may fall.
+const LOSS_SAMPLE: u32 = 32;
+/// Refusals of this share of the limit within a round trip cut again before
+/// the last cut is judged: random errors are rarely that dense.
+const MASSIVE_LOSS: f64 = 0.25;
+/// Answers after a cut needed to judge it: fewer say nothing of a share.
+const MIN_JUDGED: u32 = 8;
+/// The same, for cuts in a row that took more than half the limit off. At
+/// a limit of one or two, paced over the round trip, eight answers take
+/// eight round trips, and a burst of random refusals that collapsed the
+/// limit held it there for a second after the burst ended. Such a cut is
+/// judged by the answers a window brings (see `Cut::cost_answers`), which a
+/// few say as well as many.
+const MIN_JUDGED_COLLAPSED: u32 = 4;
+/// In slow start, refusals up to this share of the limit (and two standard
+/// deviations over it) do not end it: a shared endpoint refuses a few in a
+/// hundred whatever the load, and one such refusal at a limit of 12 left a
+/// run far below an endpoint's 64 slots for seconds, while slow start's
+/// overshoot of a real edge is refused by the dozen.
+const SLOW_START_NOISE: f64 = 0.03;
+/// Slow start ends on delay only when the quickest of this many latest
+/// answers is delayed, as HyStart++ reads the least round trip of eight a
+/// round. A queue delays every answer once it forms; a model's answers with
+/// a long tail (log-normal, a few several times the median) pass half again
+/// the quickest of the first four one time in two or more, and slow start
+/// ending at the first of them cut a run to one slot at ten, where the
+/// endpoint took every request. Six rather than eight: a server that serves
+/// one at a time answers a service time apart, and eight ended slow start
+/// two answers later: 1.5 s in, the limit was still 14 rather than 3 (`sim.rs`).
+const SLOW_START_DELAY_SAMPLE: usize = 6;
+/// Bands of requests in flight (powers of two) whose answers are counted
+/// apart (see `Controller::usual_share`).
+const BANDS: usize = 16;
+/// Weight of the newest round trip in the smoothed one.
+const RTT_WEIGHT: f64 = 0.1;
+/// A round trip counts in the smoothed one for at most this many times it.
+const OUTLIER: f64 = 2.0;
+/// A clean window at a limit teaches a floor at this share of it.
+const FLOOR_SHARE: f64 = 0.5;
+/// A run that starts from the limit an earlier run learned starts at this
+/// share of it: the endpoint may have less room today, and growth takes it
+/// back to the learned limit within a few round trips.
+const LEARNED_SHARE: f64 = 0.75;
+/// The most limit changes kept for the summary (see `thin`): a limit
+/// probing at a capped server's edge changes several times a second.
+const MAX_CHANGES: usize = 2048;
+/// Round trips after slow start met a queue within which the smoothed
+/// round trip must confirm it.
+const QUEUE_CONFIRMED_WITHIN: u32 = 4;
+/// How lately a refusal must have come for the edge it found to hold in a
+/// run's last stretch.
+const EDGE_FRESH: Duration = Duration::from_secs(2);
+/// Round trips for which cuts held back by the floor, one after another,
+/// leave it in place: a burst of refusals is over within them.
+const FLOOR_HELD_ROUND_TRIPS: u32 = 4;
+/// The window before any round trip has been measured.
+const WINDOW_WITHOUT_RTT: Duration = Duration::from_secs(1);
+/// A queue cut is judged only where the requests in flight fell below this
+/// share of those that set it off: a smaller fall of the round trip is lost
+/// in the spread of a few answers, and a cut wrongly found useless would
+/// teach a queue's round trip as the no-load one.
+const QUEUE_JUDGED_BELOW: f64 = 0.75;
+/// A queue cut whose round trip fell by less than this share of the fall
+/// of the requests in flight (on a log scale) is undone: below a half,
+/// halving the requests in flight loses more than 29 % of the answers a
+/// second (against a queue it loses none).
+const QUEUE_ELASTICITY: f64 = 0.5;
+/// A limit held by a queue is first drained (see `Drain`) this many round
+/// trips after the queue cut it, and at most once in `DRAIN_EVERY_AT_LEAST`.
+/// A drain holds the limit at half for about two round trips, which costs
+/// a server taking two at once about 2 % of a 150-answer run's answers
+/// (`sim.rs`), so each drain that finds the no-load round trip as it was
+/// doubles the wait for the next, up to `DRAIN_EVERY_MOST_ROUND_TRIPS`.
+const DRAIN_EVERY_ROUND_TRIPS: u32 = 50;
+const DRAIN_EVERY_MOST_ROUND_TRIPS: u32 = 400;
+const DRAIN_EVERY_AT_LEAST: Duration = Duration::from_secs(10);
+/// A drain that lowered the no-load estimate by more than this share is
+/// followed by another within `DRAIN_AGAIN_ROUND_TRIPS`, at
+/// `DRAIN_AGAIN_SHARE` of the limit: where a queue remains at half the
+/// limit, a drain lowers the estimate by a quarter at most, and a server
+/// that became twice as quick took eight drains to be measured. A window
+/// or drain that lowers it by more forgets the answers kept by band
+/// (`Controller::lower_no_load`).
+const DRAIN_LOWERED: f64 = 0.1;
+const DRAIN_AGAIN_ROUND_TRIPS: u32 = 8;
+const DRAIN_AGAIN_SHARE: f64 = 0.25;
+
+/// What one finished attempt tells the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Success,
+    /// 429/503/529, or no answer in time: the endpoint may be over capacity.
+    Overload,
+    /// Anything else (a 400, a reset): says nothing about capacity.
+    Neutral,
+}
+
+/// One successful answer, as slow start's delay exit reads it.
+#[derive(Clone, Copy)]
+struct Answered {
+    rtt: f64,
+    sent_at: Instant,
+    /// Requests on the wire once it was sent, itself included.
+    in_flight: f64,
+}
+
+struct Window {
+    start: Instant,
+    tally: Tally,
+}
+
+pub struct Controller {
+    limit: f64,
+    initial: f64,
+    max: f64,
+    floor: f64,
+    slow_start: bool,
+    /// The limit before the last cut: where BIC growth heads.
+    ceiling: f64,
+    srtt: Option<f64>,
+    /// The round trip of the latest answers and the requests in flight at
+    /// their sends, smoothed as `srtt` is but without its bound on each
+    /// answer, which would hold the round trip back while the requests in
+    /// flight rise unbounded.
+    recent_point: Option<(f64, f64)>,
+    base_rtt: Option<f64>,
+    /// The first answers: how many, and their shortest round trip, until
+    /// they seed the no-load estimate.
+    seed: (u32, f64),
+    /// The share of attempts lost when load is not the cause.
+    usual_loss: f64,
+    /// Answers since the usual share was last weighed.
+    recent: Tally,
+    window: Window,
+    /// Answers to requests sent after the window, while it is being answered.
+    next: Tally,
+    /// When the limit last changed, and the answers since to requests sent
+    /// after it and in the current window: losses are judged only on those.
+    last_change: Instant,
+    since_change: Tally,
+    /// Requests sent since `since_change` was last started over.
+    sent_since_change: u32,
+    /// The fewest requests in flight at the send of a refusal counted in
+    /// `since_change`: the endpoint had no room at that load.
+    refused_from: Option<usize>,
+    /// The limit has been cut for losses before.
+    cut_before: bool,
+    /// Answers to requests sent since the pending cut, until enough judge it.
+    since_cut: Tally,
+    last_saturated: Instant,
+    /// When the last request was sent.
+    last_sent: Instant,
+    pending: Option<Cut>,
+    queue_cut: Option<QueueCut>,
+    /// Answers to requests sent since the pending queue cut.
+    since_queue_cut: Tally,
+    /// When the first and the latest of them came.
+    since_queue_cut_span: Option<(Instant, Instant)>,
+    /// The last cut was for a queue and was not undone: the limit is the
+    /// queue's, and is drained now and then.
+    queue_bound: bool,
+    drain: Option<Drain>,
+    next_drain: Option<Instant>,
+    /// Round trips from a drain that found nothing new to the next.
+    drain_every: u32,
+    /// The last drain lowered the no-load estimate.
+    drain_again: bool,
+    /// The share refused in the last whole window.
+    last_loss: Option<f64>,
+    /// The answers in the last whole window.
+    last_ok: Option<u32>,
+    last_refusal: Option<Instant>,
+    /// The latest successful answers, for slow start's delay exit, the
+    /// oldest overwritten first; and how many there were in all.
+    latest: [Answered; SLOW_START_DELAY_SAMPLE],
+    answers_seen: usize,
+    /// Slow start ended on a delayed answer, and the smoothed round trip
+    /// has not yet confirmed the queue: where the limit goes if it does,
+    /// until when, and the quickest of the delayed answers.
+    queue_met: Option<(f64, Instant, f64)>,
+    /// The queue cuts since the last cut for losses, for as long as none
+    /// was proved useless: the longest round trip that set one off, the
+    /// limit before the first, and whether slow start was under way.
+    queue_cuts: Option<QueueCuts>,
+    /// A window at a full limit came back without a refusal: the endpoint
+    /// took that many at once.
+    served_full_window: bool,
+    /// Since when cuts have stopped at the floor, each one in turn, with no
+    /// window at a full limit back without a refusal since.
+    floor_held: Option<Instant>,
+    /// The most answers a window has brought.
+    most_answered: u32,
+    /// The limit grew back towards the ceiling as in slow start since the
+    /// last cut.
+    grew_back: bool,
+    /// Answers by the requests in flight when theirs was sent, in bands of
+    /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
+    /// the endpoint refuses whatever the load (`usual_share`), and whether
+    /// slow start's refusals came from above a cut (`mostly_answered_up_to`),
+    /// and the round trip at lower loads (`not_a_queue`).
+    by_band: [Tally; BANDS],
+    /// When each band was last answered.
+    band_answered: [Option<Instant>; BANDS],
+    /// Whether the bands said none are refused whatever the load as each of
+    /// the last two windows closed (see `usual_share`).
+    none_refused_at_closes: [bool; 2],
+    /// How low the last window judged put the no-load round trip, where
+    /// surely below the estimate (see `quicker_in_a_row`).
+    quicker_window: Option<f64>,
+    peak: f64,
+    changes: Vec<(Duration, u32)>,
+    started: Instant,
+}
+
+impl Controller {
+    pub fn new(initial: usize, max: usize, now: Instant) -> Self {
+        let max = max.max(1) as f64;
+        let limit = (initial.max(1) as f64).min(max);
+        Self {
+            limit,
+            initial: limit,
+            max,
+            floor: 1.0,
+            slow_start: true,
+            ceiling: max,
+            srtt: None,
+            recent_point: None,
+            base_rtt: None,
+            seed: (0, 0.0),
+            usual_loss: 0.0,
+            recent: Tally::default(),
+            window: Window {
+                start: now,
+                tally: Tally::default(),
+            },
+            next: Tally::default(),
+            last_change: now,
+            since_change: Tally::default(),
+            sent_since_change: 0,
+            refused_from: None,
+            cut_before: false,
+            since_cut: Tally::default(),
+            last_saturated: now,
+            last_sent: now,
+            pending: None,
+            queue_cut: None,
+            since_queue_cut: Tally::default(),
+            since_queue_cut_span: None,
+            queue_bound: false,
+            drain: None,
+            next_drain: None,
+            drain_every: DRAIN_EVERY_ROUND_TRIPS,
+            drain_again: false,
+            last_loss: None,
+            last_ok: None,
+            last_refusal: None,
+            queue_met: None,
+            queue_cuts: None,
+            latest: [Answered {
+                rtt: 0.0,
+                sent_at: now,
+                in_flight: 0.0,
+            }; SLOW_START_DELAY_SAMPLE],
+            answers_seen: 0,
+            served_full_window: false,
+            floor_held: None,
+            most_answered: 0,
+            grew_back: false,
+            by_band: [Tally::default(); BANDS],
+            band_answered: [None; BANDS],
+            none_refused_at_closes: [false; 2],
+            quicker_window: None,
+            peak: limit,
+            changes: vec![(Duration::ZERO, limit as u32)],
+            started: now,
+        }
+    }
+
+    /// Starts from the limit an earlier run learned for the endpoint, and
+    /// its floor, rather than from the initial limit: at `LEARNED_SHARE` of
+    /// it, past slow start, growing back towards it and probing beyond.
+    /// Returns where it starts. Only before any request was sent.
+    pub fn start_from(&mut self, learned: u32, floor: u32) -> u32 {
+        let learned = f64::from(learned).min(self.max);
+        let start = (learned * LEARNED_SHARE).floor().max(self.limit);
+        if start > self.limit {
+            self.limit = start;
+            self.slow_start = false;
+            self.ceiling = learned;
+            self.floor = f64::from(floor).clamp(1.0, start);
+            self.peak = start;
+            self.changes = vec![(Duration::ZERO, start as u32)];
+        }
+        self.limit().try_into().unwrap_or(u32::MAX)
+    }
+
+    /// Whether the limit says something of the endpoint worth starting the
+    /// next run from: slow start found an edge (a refusal, a queue), or
+    /// the limit reached its maximum.
+    pub fn has_learned(&self) -> bool {
+        !self.slow_start || self.limit >= self.max
+    }
+
+    /// The limit is not cut below this.
+    pub fn floor(&self) -> u32 {
+        self.floor as u32
+    }
+
+    /// The round trip with no queue at the endpoint, once measured.
+    pub fn no_load_rtt(&self) -> Option<Duration> {
+        self.base_rtt.map(Duration::from_secs_f64)
+    }
+
+    /// Requests allowed in flight.
+    pub fn limit(&self) -> usize {
+        self.limit.floor() as usize
+    }
+
+    /// The limit, or the one a drain under way goes back to: what the
+    /// endpoint was found to take.
+    pub fn settled_limit(&self) -> usize {
+        let restore = self.drain.as_ref().map_or(0.0, |d| d.restore);
+        self.limit.max(restore).floor() as usize
+    }
+
+    /// Requests allowed in flight in a run's last stretch (no new request
+    /// comes, and those in line go out before a refused one would be sent
+    /// again): one slot below the edge, if a refusal found it lately. A
+    /// refusal there would park its request for the server's Retry-After
+    /// with nothing else left to send, holding the whole run open: probing
+    /// beyond the edge only pays while a backlog keeps every slot in use.
+    pub fn tail_limit(&self, now: Instant) -> usize {
+        let fresh = self
+            .last_refusal
+            .is_some_and(|at| now.saturating_duration_since(at) < EDGE_FRESH);
+        if self.slow_start || !fresh || !self.at_edge() {
+            return self.limit();
+        }
+        (self.limit.min(self.ceiling.floor() - 1.0).max(1.0)) as usize
+    }
+
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt.map(Duration::from_secs_f64)
+    }
+
+    pub fn peak(&self) -> u32 {
+        self.peak.floor() as u32
+    }
+
+    /// (time since start, limit) at changes of the whole-number limit: every
+    /// one, until a long run has more than `MAX_CHANGES`.
+    pub fn changes(&self) -> &[(Duration, u32)] {
+        &self.changes
+    }
+
+    /// A request was sent at `now`. `saturated`: it took the last slot, so
+    /// answers to requests out at that moment may grow the limit, since a
+    /// bigger one would have been used.
+    pub fn on_send(&mut self, now: Instant, saturated: bool) {
+        self.sent_since_change = self.sent_since_change.saturating_add(1);
+        self.last_sent = now;
+        if saturated {
+            self.last_saturated = now;
+        }
+    }
+
+    /// `in_flight`: requests on the wire once this one was sent, itself
+    /// included.
+    pub fn on_answer(&mut self, now: Instant, sent_at: Instant, in_flight: usize, signal: Signal) {
+        let before = self.limit;
+        if signal == Signal::Success {
+            self.on_success(now, sent_at, in_flight);
+        }
+        if let Some(cut) = self.pending.as_mut()
+            && sent_at < cut.at
+        {
+            match signal {
+                Signal::Overload => {
+                    cut.refused_before += 1;
+                    cut.loss_before = cut.loss_before.max(cut.refused_share());
+                }
+                Signal::Success => cut.answered_before += 1,
+                Signal::Neutral => {}
+            }
+            self.ceiling = cut.served().max(self.limit);
+        }
+        if signal == Signal::Overload {
+            self.last_refusal = Some(now);
+        }
+        self.count_in_band(now, sent_at, in_flight, signal);
+        self.tally(sent_at, in_flight, signal, now);
+        // Losses are acted on at once, as the first answers that show them
+        // come back (a refusal is quick): waiting for the window would let
+        // the overshoot run a whole round trip longer.
+        if self.pending.is_some() && sent_at >= self.last_change {
+            count(&mut self.since_cut, signal);
+        }
+        if sent_at >= self.last_change.max(self.window.start) {
+            count(&mut self.since_change, signal);
+            if signal == Signal::Overload {
+                self.refused_from = Some(self.refused_from.map_or(in_flight, |n| n.min(in_flight)));
+            }
+            let lost = self.since_change.lost;
+            // A cut not yet judged is not cut again, since whether it helped
+            // decides what the refusals were, unless they are massive.
+            //
+            // An endpoint known to refuse whatever the load is cut at most
+            // once a round trip all the same: a burst of its refusals, each
+            // back in a millisecond, is as massive as slow start's overshoot,
+            // and against answers in a second cut after cut took the limit
+            // from 64 to one or two within one burst, to grow back for
+            // longer than the gap to the next (`sim.rs`: 3.34 times the best
+            // fixed concurrency; 1.80 so). Slow start's overshoot, and a
+            // server that refuses only for want of room, are cut as often as
+            // they refuse that densely: a cut a round trip left a server
+            // whose room fell from 64 to 16 refusing a fifth of the requests.
+            let massive = f64::from(lost) > MASSIVE_LOSS * self.at_risk()
+                && (self.slow_start
+                    || self.usual_share() < MIN_CUT
+                    || now >= self.last_change + self.window_len());
+            if signal == Signal::Overload
+                && (self.pending.is_none() || massive)
+                && self.overloaded(lost)
+                && self.cut_for_losses(lost, now)
+            {
+                self.changed(now);
+            }
+        }
+        if now >= self.window.start + 2 * self.window_len() {
+            self.close_window(now);
+        }
+        self.note_change(before, now);
+    }
+
+    fn on_success(&mut self, now: Instant, sent_at: Instant, in_flight: usize) {
+        let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
+        // One answer counts for at most twice the average: a few answers
+        // slow by nature would otherwise stretch every window after them,
+        // while a queue, which delays them all, still shows within a few.
+        let srtt = match self.srtt {
+            Some(avg) => avg + RTT_WEIGHT * (rtt.min(OUTLIER * avg) - avg),
+            None => rtt,
+        };
+        let n = in_flight as f64;
+        self.recent_point = Some(match self.recent_point {
+            Some((r, m)) => (r + RTT_WEIGHT * (rtt - r), m + RTT_WEIGHT * (n - m)),
+            None => (rtt, n),
+        });
+        self.srtt = Some(srtt);
+        self.seed_base(rtt);
+        // A round trip growing past the no-load one means a queue is
+        // building: slow start ends once the latest answers all show it
+        // (HyStart's delay signal), and the limit holds while the smoothed
+        // one stays up.
+        self.latest[self.answers_seen % SLOW_START_DELAY_SAMPLE] = Answered {
+            rtt,
+            sent_at,
+            in_flight: n,
+        };
+        self.answers_seen += 1;
+        let beyond = |rtt: f64| self.base_rtt.is_some_and(|base| queued(rtt, base));
+        let queue_building = beyond(srtt);
+        // Nor does an answer that was itself delayed grow the limit, as
+        // TCP Vegas grows only while the round trip stays near its least:
+        // at a few slots the smoothed round trip takes many round trips to
+        // rise, and growth beyond the edge doubles every round trip.
+        let delayed = !self.slow_start && beyond(rtt);
+        // At the pool's size slow start grows no further, and a run's last
+        // answers, the slowest still to come, are no measure of a queue;
+        // windows judge a queue there.
+        if self.slow_start
+            && self.limit < self.max
+            && let Some((quickest, first_sent, load)) = self.quickest_latest()
+            && beyond(quickest)
+            && !self.within_lower_spread(quickest, load, now)
+        {
+            self.slow_start = false;
+            self.ceiling = self.limit;
+            self.queue_met = self.base_rtt.map(|base| {
+                let then = self.limit_at(first_sent);
+                let target = (then * (TOLERANCE * base / quickest).max(MAX_QUEUE_CUT)).max(1.0);
+                (
+                    target,
+                    now + QUEUE_CONFIRMED_WITHIN * self.window_len(),
+                    quickest,
+                )
+            });
+        }
+        if queue_building && let Some((target, until, delayed)) = self.queue_met.take() {
+            // A queue confirmed long after slow start is not the one it met.
+            if now < until {
+                self.back_to_queue_start(now, target, delayed);
+            }
+        }
+        if self.queue_cut.is_some() && sent_at >= self.last_change {
+            self.since_queue_cut.answered(rtt, in_flight, srtt);
+            let first = self.since_queue_cut_span.map_or(now, |(first, _)| first);
+            self.since_queue_cut_span = Some((first, now));
+            self.judge_queue_cut(now);
+        }
+        if let Some(drain) = self.drain.as_mut()
+            && sent_at >= drain.started
+        {
+            drain.answered.answered(rtt, in_flight, srtt);
+            self.end_drain_once_answered(now);
+        }
+        if self.last_saturated >= sent_at && !queue_building && !delayed && self.drain.is_none() {
+            self.grow();
+        }
+    }
+
+    /// The whole-number limit in force at `at`.
+    fn limit_at(&self, at: Instant) -> f64 {
+        let since = at.saturating_duration_since(self.started);
+        let i = self.changes.partition_point(|(t, _)| *t <= since);
+        self.changes
+            .get(i.saturating_sub(1))
+            .map_or(self.initial, |(_, limit)| f64::from(*limit))
+    }
+
+    fn changed(&mut self, now: Instant) {
+        self.last_change = now;
+        self.restart_since_change();
+        self.since_cut = Tally::default();
+    }
+
+    /// Starts over what is counted since the last change: the answers,
+    /// the requests sent and where refusals began.
+    fn restart_since_change(&mut self) {
+        self.since_change = Tally::default();
+        self.sent_since_change = 0;
+        self.refused_from = None;
+    }
+
+    fn window_len(&self) -> Duration {
+        self.srtt().unwrap_or(WINDOW_WITHOUT_RTT)
+    }
+
+    fn grow(&mut self) {
+        // Far below what the endpoint was found to serve, the limit grows
+        // back as in slow start, as TCP does below its threshold after a
+        // timeout: the endpoint took that many at once before, and a burst
+        // of refusals that cut the limit to a few slots against answers in
+        // 3 s otherwise took the ten seconds between bursts to climb back.
+        let recovering = self.limit < self.ceiling * (1.0 - MAX_CUT)
+            && self
+                .last_loss
+                .is_some_and(|loss| loss <= self.usual_share().max(SLOW_START_NOISE));
+        self.grew_back |= recovering;
+        let per_round_trip = if self.slow_start || recovering {
+            SLOW_START_GAIN * self.limit.floor()
+        } else {
+            let by_time = !self.queue_bound && self.usual_share() >= SLOW_START_NOISE;
+            let round_trips = match by_time {
+                true => self.srtt.unwrap_or(0.0) / GROWTH_ROUND_TRIP,
+                false => 1.0,
+            };
+            growth_per_round_trip(self.limit, self.ceiling, round_trips)
+        };
+        // One answer of the `limit` a round trip brings back.
+        self.limit = (self.limit + per_round_trip / self.limit.floor()).min(self.max);
+    }
+
+    /// Counts the answer in the window its request was sent in, or the one
+    /// after.
+    fn tally(&mut self, sent_at: Instant, in_flight: usize, signal: Signal, now: Instant) {
+        if sent_at < self.window.start {
+            return;
+        }
+        let srtt = self.srtt.unwrap_or(f64::INFINITY);
+        let tally = if sent_at < self.window.start + self.window_len() {
+            &mut self.window.tally
+        } else {
+            &mut self.next
+        };
+        match signal {
+            Signal::Success => tally.answered(
+                now.saturating_duration_since(sent_at).as_secs_f64(),
+                in_flight,
+                srtt,
+            ),
+            Signal::Overload => tally.lost += 1,
+            Signal::Neutral => {}
+        }
+    }
+
+    fn close_window(&mut self, now: Instant) {
+        let len = self.window_len();
+        let saturated = self.last_saturated >= self.window.start;
+        // The answers a window waits for once no request follows its own
+        // are a run's last, the slowest of those sent: the quick ones are
+        // back, and the smoothed round trip, fed only the slow, stretches
+        // the window to take in its whole tail. Against answers of 0.5 s on
+        // average with one in a hundred past 2.3 s, the last window of a
+        // run at the pool's 128 slots came to twice the no-load estimate:
+        // three runs in four ended with the limit cut to 97-100, which the
+        // next run started from.
+        let sending_went_on = self.last_sent >= self.window.start + len;
+        let tally = std::mem::take(&mut self.window.tally);
+        let next = std::mem::take(&mut self.next);
+        let served_clean = saturated && tally.lost == 0 && tally.ok > 0;
+        self.served_full_window |= served_clean;
+        if served_clean {
+            self.floor_held = None;
+        }
+        self.most_answered = self.most_answered.max(tally.ok);
+        // A window sent (in part) before the last change says nothing of it,
+        // nor one sent while a drain holds the limit down.
+        if self.window.start >= self.last_change
+            && self.drain.is_none()
+            && self.judge(tally, saturated, sending_went_on, now)
+        {
+            self.changed(now);
+        }
+        self.drain_if_due(now);
+        // The usual share rises only on proof (an undone cut), since load
+        // makes refusals too; it falls with every quieter stretch of at
+        // least `LOSS_SAMPLE` answers. Judged window by window, a limit of a
+        // few slots saw mostly windows without a refusal and forgot a usual
+        // share of a tenth within seconds.
+        let n = tally.ok + tally.lost;
+        if n > 0 {
+            self.last_loss = Some(f64::from(tally.lost) / f64::from(n));
+            self.last_ok = Some(tally.ok);
+            self.recent.ok += tally.ok;
+            self.recent.lost += tally.lost;
+        }
+        let pooled = self.recent.ok + self.recent.lost;
+        if pooled >= LOSS_SAMPLE {
+            let loss = f64::from(self.recent.lost) / f64::from(pooled);
+            if loss < self.usual_loss {
+                self.usual_loss += LOSS_WEIGHT * (loss - self.usual_loss);
+            }
+            self.recent = Tally::default();
+        }
+        self.none_refused_at_closes = [
+            self.banded_share() == Some(0.0),
+            self.none_refused_at_closes[0],
+        ];
+        // Losses are weighed per round trip, not summed over many.
+        self.restart_since_change();
+        if now < self.window.start + 3 * len {
+            self.window.start += len;
+            self.window.tally = next;
+        } else {
+            self.window.start = now;
+        }
+    }
+
+    /// Whether the window changed the limit. `sending_went_on`: requests
+    /// were sent after the window's own, so its round trip can say whether
+    /// the server queues.
+    fn judge(&mut self, t: Tally, saturated: bool, sending_went_on: bool, now: Instant) -> bool {
+        let n = t.ok + t.lost;
+        if n == 0 {
+            return false;
+        }
+        let queueing = sending_went_on.then(|| self.queueing(&t)).flatten();
+        let collapsed = self
+            .pending
+            .as_ref()
+            .is_some_and(|cut| self.limit < cut.before * (1.0 - MAX_CUT));
+        let needed = if collapsed {
+            MIN_JUDGED_COLLAPSED
+        } else {
+            MIN_JUDGED
+        };
+        if self.pending.is_some() && self.since_cut.ok + self.since_cut.lost >= needed {
+            let after = std::mem::take(&mut self.since_cut);
+            let loss = f64::from(after.lost) / f64::from(after.ok + after.lost);
+            if let Some(cut) = self.pending.take()
+                && (self.limit < cut.before * (1.0 - MAX_CUT))
+                    .then(|| cut.cost_answers(t.ok, self.limit))
+                    .flatten()
+                    .unwrap_or_else(|| cut.useless(loss, self.limit))
+            {
+                self.undo(cut, loss);
+                return true;
+            }
+        }
+        if let Some(ratio) = queueing {
+            if self.queue_cut_judging() {
+                return false;
+            }
+            return self.cut_for_queue_shown_by(t, ratio, self.slow_start, now);
+        }
+        // The floor follows what the window held, not what the limit has
+        // grown to by its close: in slow start the limit triples in a round
+        // trip, and a window of 7 answers at a limit of 26 (a busy machine
+        // answers in clumps) set a floor of 13 against a server taking 8,
+        // which held the limit above its room for the rest of the run.
+        if saturated {
+            let held = self.limit.min(f64::from(n));
+            self.floor = self.floor.max((held * FLOOR_SHARE).floor());
+        }
+        false
+    }
+
+    fn note_change(&mut self, before: f64, now: Instant) {
+        if self.limit.floor() != before.floor() {
+            self.peak = self.peak.max(self.limit);
+            let at = now.saturating_duration_since(self.started);
+            self.changes.push((at, self.limit.floor() as u32));
+            if self.changes.len() > MAX_CHANGES {
+                thin(&mut self.changes);
+            }
+        }
+    }
+}
+
+/// Halves the changes after the first `MAX_CHANGES / 4`, keeping every
+/// other one: a long run's record stays bounded, its start whole and the
+/// rest at a resolution that halves each time it fills.
+fn thin(changes: &mut Vec<(Duration, u32)>) {
+    let keep = MAX_CHANGES / 4;
+    let mut i = 0;
+    changes.retain(|_| {
+        i += 1;
+        i <= keep || (i - keep).is_multiple_of(2)
+    });
+}
+
+/// The band of a load of `in_flight` requests: powers of two.
+fn band_of(in_flight: f64) -> usize {
+    ((in_flight.max(1.0) as usize).ilog2() as usize).min(BANDS - 1)
+}
+
+/// Whether a round trip of `rtt` says requests wait in the server's queue.
+fn queued(rtt: f64, base: f64) -> bool {
+    rtt > (TOLERANCE * base).max(base + RTT_NOISE)
+}
+
+fn count(tally: &mut Tally, signal: Signal) {
+    match signal {
+        Signal::Success => tally.ok += 1,
+        Signal::Overload => tally.lost += 1,
+        Signal::Neutral => {}
+    }
+}
+
+/// Binary search towards the ceiling, then probing beyond it with a step that
+/// doubles each round trip (the distance covered so far), never more than half
+/// the limit at once, nor less than `MIN_GROWTH` for each of `round_trips`
+/// (see `GROWTH_ROUND_TRIP`).
+fn growth_per_round_trip(limit: f64, ceiling: f64, round_trips: f64) -> f64 {
+    let step = if limit < ceiling {
+        (ceiling - limit) / 2.0
+    } else {
+        limit - ceiling
+    };
+    let least = (MIN_GROWTH * round_trips)
+        .min(limit * TIMED_GROWTH_SHARE)
+        .max(MIN_GROWTH);
+    step.clamp(least, (limit / 2.0).max(least))
+}
