@@ -100,6 +100,23 @@ impl Controller {
         }
     }
 
+    /// Whether the requests sent alone lately say a round trip of `rtt` is a
+    /// queue's: at least `MIN_JUDGED_COLLAPSED` of them, answered within
+    /// `BAND_FRESH_ROUND_TRIPS`, their mean counted two standard errors
+    /// high (`Tally::no_load_at_most`). Such requests met no queue of the
+    /// client's making.
+    pub(super) fn queued_by_alone(&self, rtt: f64, now: Instant) -> bool {
+        let fresh_for = BAND_FRESH_ROUND_TRIPS * self.window_len();
+        let fresh = self.band_answered[0]
+            .is_some_and(|answered| now.saturating_duration_since(answered) < fresh_for);
+        let alone = self.by_band[0];
+        fresh
+            && alone.ok >= MIN_JUDGED_COLLAPSED
+            && alone
+                .no_load_at_most()
+                .is_some_and(|most| queued(rtt, most))
+    }
+
     /// The answers at the nearest lower load lately answered, at least
     /// `answers` of them: the band of requests in flight below `in_flight`
     /// whose mean is at most `QUEUE_JUDGED_BELOW` of it and at least

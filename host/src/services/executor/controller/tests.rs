@@ -536,6 +536,57 @@ fn a_queue_cut_whose_answers_come_as_many_a_second_stands() {
 }
 
 #[test]
+fn a_queue_cut_stands_where_requests_sent_alone_were_far_quicker() {
+    let start = Instant::now();
+    // The cut above, its four answers at two in flight 0.7 s each and
+    // coming fewer a second: alone, they show no queue, and it is undone.
+    let cut = || {
+        let cut = QueueCut {
+            before: 14.0,
+            point_before: (0.8, 3.4),
+            after: 2.4,
+            in_slow_start: true,
+            rate_before: Some(3.3),
+        };
+        cut_pending(start, (0.35, 0.8), cut)
+    };
+    let answer_from = |controller: &mut Controller, from_ms: u64| {
+        for i in 0..4 {
+            let at = start + Duration::from_millis(from_ms + i * 520);
+            controller.on_answer(at, at - Duration::from_millis(700), 2, Signal::Success);
+        }
+    };
+    let mut controller = cut();
+    answer_from(&mut controller, 1000);
+    assert_eq!(controller.limit(), 14);
+    // Requests sent alone a moment before took 0.3 s: a round trip of 0.7 s
+    // at two in flight is a queue's, whatever the answers' rate says. A
+    // server serving one at a time whose answers vary in length otherwise
+    // had such a cut found useless now and then, and its queue's round
+    // trip taken for the no-load one held a queue of three or four.
+    let alone = || {
+        let mut controller = cut();
+        controller.by_band[0] = Tally {
+            ok: 4,
+            lost: 0,
+            rtt_sum: 1.2,
+            rtt_sq_sum: 4.0 * 0.09,
+            in_flight_sum: 4.0,
+        };
+        controller.band_answered[0] = Some(start);
+        controller
+    };
+    let mut controller = alone();
+    answer_from(&mut controller, 1000);
+    assert_eq!(controller.limit(), 2);
+    assert_eq!(controller.base_rtt, Some(0.35));
+    // Answered long before, they say nothing of the server now.
+    let mut controller = alone();
+    answer_from(&mut controller, 20_000);
+    assert_eq!(controller.limit(), 14);
+}
+
+#[test]
 fn a_round_trip_that_rose_far_less_than_the_load_is_not_a_queue() {
     let now = Instant::now();
     let controller = answered_at_ten(&[1.0; 16], now);
