@@ -685,9 +685,9 @@ async fn a_server_that_serves_one_at_a_time_gets_a_queue_of_one_or_two() {
 /// as llama.cpp serves them), six draws. Now and then the answers after a
 /// queue cut came fewer a second and their round trip looked not to
 /// follow the load, the cut was found useless, and the queue's round trip
-/// became the no-load estimate: a queue of three or four for minutes, 1.52
-/// on average over the draws (2.2 in one). A cut whose round trip is a
-/// queue's by the requests sent alone lately now stands: 1.17.
+/// became the no-load estimate: a queue of three or four for minutes, a
+/// mean queue of 1.52 over the draws (2.2 in one). A cut whose round trip
+/// is a queue's by the requests sent alone lately now stands: 1.17.
 #[tokio::test(start_paused = true)]
 async fn a_long_run_keeps_a_one_at_a_time_servers_queue_short() {
     let service = Duration::from_millis(120);
