@@ -106,15 +106,20 @@ impl Controller {
     /// high (`Tally::no_load_at_most`). Such requests met no queue of the
     /// client's making.
     pub(super) fn queued_by_alone(&self, rtt: f64, now: Instant) -> bool {
-        let fresh_for = BAND_FRESH_ROUND_TRIPS * self.window_len();
-        let fresh = self.band_answered[0]
-            .is_some_and(|answered| now.saturating_duration_since(answered) < fresh_for);
         let alone = self.by_band[0];
-        fresh
+        self.answered_lately(0, now)
             && alone.ok >= MIN_JUDGED_COLLAPSED
             && alone
                 .no_load_at_most()
                 .is_some_and(|most| queued(rtt, most))
+    }
+
+    /// Whether the band of requests in flight `band` was answered within
+    /// `BAND_FRESH_ROUND_TRIPS`: older answers say nothing of the server now.
+    fn answered_lately(&self, band: usize, now: Instant) -> bool {
+        let fresh_for = BAND_FRESH_ROUND_TRIPS * self.window_len();
+        self.band_answered[band]
+            .is_some_and(|answered| now.saturating_duration_since(answered) < fresh_for)
     }
 
     /// The answers at the nearest lower load lately answered, at least
@@ -122,13 +127,9 @@ impl Controller {
     /// whose mean is at most `QUEUE_JUDGED_BELOW` of it and at least
     /// `LOWER_LOAD_AT_LEAST`, answered within `BAND_FRESH_ROUND_TRIPS`.
     fn lower_load(&self, in_flight: f64, answers: u32, now: Instant) -> Option<Tally> {
-        let fresh_for = BAND_FRESH_ROUND_TRIPS * self.window_len();
         let lower = (0..band_of(in_flight))
             .rev()
-            .filter(|&band| {
-                self.band_answered[band]
-                    .is_some_and(|answered| now.saturating_duration_since(answered) < fresh_for)
-            })
+            .filter(|&band| self.answered_lately(band, now))
             .map(|band| self.by_band[band])
             .filter(|tally| tally.ok >= answers)
             .find(|tally| {
