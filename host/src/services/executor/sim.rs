@@ -682,18 +682,21 @@ async fn a_server_that_serves_one_at_a_time_gets_a_queue_of_one_or_two() {
 
 /// The same server over five minutes, answers of 120 ms from half to one
 /// and a half times that (a small model's answers of different lengths,
-/// as llama.cpp serves them), six draws. Now and then the answers after a
-/// queue cut came fewer a second and their round trip looked not to
+/// as llama.cpp serves them), twelve draws. Now and then the answers after
+/// a queue cut came fewer a second and their round trip looked not to
 /// follow the load, the cut was found useless, and the queue's round trip
-/// became the no-load estimate: a queue of three or four for minutes, a
-/// mean queue of 1.52 over the draws (2.2 in one). A cut whose round trip
-/// is a queue's by the requests sent alone lately now stands: 1.17.
+/// became the no-load estimate: a queue of three or four for minutes. With
+/// a cut standing where its round trip was within half again that of the
+/// requests sent alone lately, the estimate still rose step by step in one
+/// draw (1.71), and the mean queue over the draws was 1.19. Judged by
+/// whether the answers were surely slower than those sent alone, however
+/// long ago: 1.02, the worst draw 1.17.
 #[tokio::test(start_paused = true)]
 async fn a_long_run_keeps_a_one_at_a_time_servers_queue_short() {
     let service = Duration::from_millis(120);
     let run = Duration::from_secs(300);
     let mut queues = Vec::new();
-    for seed in draws(6) {
+    for seed in draws(12) {
         let sim = Sim::new(Server::Queueing {
             slots: 1,
             service,
@@ -707,8 +710,10 @@ async fn a_long_run_keeps_a_one_at_a_time_servers_queue_short() {
         queues.push(sim.mean_queue_between(Duration::from_secs(10), run));
     }
     let mean = mean(&queues);
+    let worst = queues.iter().copied().fold(0.0, f64::max);
     eprintln!("one at a time for five minutes: mean queue by draw {queues:.2?}, mean {mean:.2}");
-    assert!(mean <= 1.35, "mean queue {mean:.2}");
+    assert!(mean <= 1.1, "mean queue {mean:.2}");
+    assert!(worst <= 1.3, "a mean queue of {worst:.2} in one draw");
 }
 
 /// With `varied`, its answers take from half to one and a half times their
@@ -1835,6 +1840,43 @@ async fn a_server_that_slows_is_used_as_fully_after() {
             assert!(after >= 0.9, "{:.1} % of capacity after", after * 100.0);
             assert!(queue <= slots as f64, "mean queue {queue:.2}");
         }
+    }
+}
+
+/// Servers serving one or two at a time, answers of 120 ms varied in
+/// length, that take twice as long from 150 s on: the requests sent alone
+/// by then were answered minutes before, and still judge queue cuts
+/// (`Controller::queued_by_alone`). The server's slower answers show once
+/// the limit is low enough to send requests alone again; meanwhile it
+/// stays busy.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_slows_late_is_used_as_fully_after() {
+    let service = Duration::from_millis(120);
+    for slots in [1usize, 2] {
+        let mut queues = Vec::new();
+        for seed in draws(4) {
+            let sim = Sim::new(Server::Queueing {
+                slots,
+                service,
+                varied: true,
+                seed,
+                rescaled: Some((Duration::from_secs(150), 2.0)),
+            });
+            drive(&sim, 64, 64, Duration::from_secs(300)).await;
+            let capacity = slots as f64 / (service.as_secs_f64() * 2.0);
+            let after = sim.goodput(160.0, 300.0) / capacity;
+            assert!(
+                after >= 0.95,
+                "draw {seed}: {:.1} % of capacity after",
+                after * 100.0
+            );
+            queues.push(sim.mean_queue_between(Duration::from_secs(150), Duration::from_secs(300)));
+        }
+        let mean = mean(&queues);
+        eprintln!(
+            "slows late at {slots} slots: mean queue after by draw {queues:.2?}, mean {mean:.2}"
+        );
+        assert!(mean <= slots as f64, "mean queue {mean:.2}");
     }
 }
 

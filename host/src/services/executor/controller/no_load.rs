@@ -100,18 +100,19 @@ impl Controller {
         }
     }
 
-    /// Whether the requests sent alone lately say a round trip of `rtt` is a
-    /// queue's: at least `MIN_JUDGED_COLLAPSED` of them, answered within
-    /// `BAND_FRESH_ROUND_TRIPS`, their mean counted two standard errors
-    /// high (`Tally::no_load_at_most`). Such requests met no queue of the
-    /// client's making.
-    pub(super) fn queued_by_alone(&self, rtt: f64, now: Instant) -> bool {
+    /// Whether the answers `t` were surely slower than the requests sent
+    /// alone (at least `MIN_JUDGED_COLLAPSED` of them), which met no queue
+    /// of the client's making: the mean of `t` counted low and theirs high,
+    /// each by its standard errors (`Tally::rtt_at_least`,
+    /// `Tally::no_load_at_most`). Their answers count however old: a server
+    /// become slower since shows it where the limit falls to one again.
+    pub(super) fn queued_by_alone(&self, t: &Tally) -> bool {
         let alone = self.by_band[0];
-        self.answered_lately(0, now)
-            && alone.ok >= MIN_JUDGED_COLLAPSED
+        alone.ok >= MIN_JUDGED_COLLAPSED
             && alone
                 .no_load_at_most()
-                .is_some_and(|most| queued(rtt, most))
+                .zip(t.rtt_at_least())
+                .is_some_and(|(alone_at_most, at_least)| at_least > alone_at_most)
     }
 
     /// Whether the band of requests in flight `band` was answered within
@@ -208,7 +209,7 @@ impl Controller {
         // round trip, can be alike whatever their spread: a window needs
         // three.
         let surely_slower =
-            t.ok >= MIN_QUEUE_JUDGED && rtt * (-t.two_sided_95() * t.log_rtt_error()).exp() > base;
+            t.ok >= MIN_QUEUE_JUDGED && t.rtt_at_least().is_some_and(|least| least > base);
         (queued(rtt, base) && surely_slower).then(|| rtt / base.max(f64::MIN_POSITIVE))
     }
 

@@ -66,6 +66,14 @@ impl Tally {
         Some(rtt * (1.0 + self.two_sided_95() * self.log_rtt_error()))
     }
 
+    /// How quick the answers' round trip may surely be taken to be: their
+    /// mean, low by as many standard errors (on a log scale) as few answers
+    /// leave in doubt.
+    pub(super) fn rtt_at_least(&self) -> Option<f64> {
+        let (rtt, _) = self.point()?;
+        Some(rtt * (-self.two_sided_95() * self.log_rtt_error()).exp())
+    }
+
     /// How many standard errors bound the mean of these answers: Student's
     /// t at 95 %, two-sided, for their count. Two standard errors took the
     /// spread of a few answers as known, and the spread of two or three is

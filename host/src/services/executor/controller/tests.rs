@@ -559,30 +559,35 @@ fn a_queue_cut_stands_where_requests_sent_alone_were_far_quicker() {
     let mut controller = cut();
     answer_from(&mut controller, 1000);
     assert_eq!(controller.limit(), 14);
-    // Requests sent alone a moment before took 0.3 s: a round trip of 0.7 s
-    // at two in flight is a queue's, whatever the answers' rate says. A
-    // server serving one at a time whose answers vary in length otherwise
-    // had such a cut found useless now and then, and its queue's round
-    // trip taken for the no-load one held a queue of three or four.
-    let alone = || {
+    // Requests sent alone took 0.3 s: a round trip of 0.7 s at two in
+    // flight is a queue's, whatever the answers' rate says. A server
+    // serving one at a time whose answers vary in length otherwise had such
+    // a cut found useless now and then, and its queue's round trip taken
+    // for the no-load one held a queue of three or four.
+    let alone = |mean: f64, sd: f64| {
         let mut controller = cut();
         controller.by_band[0] = Tally {
             ok: 4,
             lost: 0,
-            rtt_sum: 1.2,
-            rtt_sq_sum: 4.0 * 0.09,
+            rtt_sum: 4.0 * mean,
+            rtt_sq_sum: 4.0 * mean * mean + 3.0 * sd * sd,
             in_flight_sum: 4.0,
         };
         controller.band_answered[0] = Some(start);
         controller
     };
-    let mut controller = alone();
+    let mut controller = alone(0.3, 0.0);
     answer_from(&mut controller, 1000);
     assert_eq!(controller.limit(), 2);
     assert_eq!(controller.base_rtt, Some(0.35));
-    // Answered long before, they say nothing of the server now.
-    let mut controller = alone();
+    // Answered long before, they still say so: a server become slower since
+    // shows it once the limit falls to one again.
+    let mut controller = alone(0.3, 0.0);
     answer_from(&mut controller, 20_000);
+    assert_eq!(controller.limit(), 2);
+    // Alone, answers of 0.65 s give or take 0.05: 0.7 s may be no queue's.
+    let mut controller = alone(0.65, 0.05);
+    answer_from(&mut controller, 1000);
     assert_eq!(controller.limit(), 14);
 }
 
