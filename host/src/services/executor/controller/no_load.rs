@@ -100,19 +100,23 @@ impl Controller {
         }
     }
 
-    /// Whether the answers `t` were surely slower than the requests sent
-    /// alone (at least `MIN_JUDGED_COLLAPSED` of them), which met no queue
-    /// of the client's making: the mean of `t` counted low and theirs high,
-    /// each by its standard errors (`Tally::rtt_at_least`,
-    /// `Tally::no_load_at_most`). Their answers count however old: a server
-    /// become slower since shows it where the limit falls to one again.
-    pub(super) fn queued_by_alone(&self, t: &Tally) -> bool {
+    /// Whether the requests sent alone (at least `MIN_JUDGED_COLLAPSED` of
+    /// them), which met no queue of the client's making, say the answers
+    /// `t` were a queue's: surely slower, the mean of `t` counted low and
+    /// theirs high, each by its standard errors (`Tally::rtt_at_least`,
+    /// `Tally::no_load_at_most`), however old their answers are; or, where
+    /// they were answered within `BAND_FRESH_ROUND_TRIPS`, slower by a
+    /// queue's `TOLERANCE` whatever the spread of `t`. Old answers count
+    /// only when sure: a server become slower since shows it where the
+    /// limit falls to one again.
+    pub(super) fn queued_by_alone(&self, t: &Tally, now: Instant) -> bool {
         let alone = self.by_band[0];
-        alone.ok >= MIN_JUDGED_COLLAPSED
-            && alone
-                .no_load_at_most()
-                .zip(t.rtt_at_least())
-                .is_some_and(|(alone_at_most, at_least)| at_least > alone_at_most)
+        let (Some(alone_at_most), Some((rtt, _))) = (alone.no_load_at_most(), t.point()) else {
+            return false;
+        };
+        let surely_slower = t.rtt_at_least().is_some_and(|least| least > alone_at_most);
+        let queued_lately = self.answered_lately(0, now) && queued(rtt, alone_at_most);
+        alone.ok >= MIN_JUDGED_COLLAPSED && (surely_slower || queued_lately)
     }
 
     /// Whether the band of requests in flight `band` was answered within

@@ -107,8 +107,8 @@ impl Controller {
 
     /// Once enough answers to requests sent since the pending queue cut are
     /// back: if their round trip did not fall with the limit, they come
-    /// fewer a second than before it, and requests sent alone were not
-    /// surely quicker (`queued_by_alone`), the limit goes back to where it
+    /// fewer a second than before it, and requests sent alone were not far
+    /// quicker (`queued_by_alone`), the limit goes back to where it
     /// was, their round trip is the no-load one, and slow start goes on if
     /// the cut ended it.
     pub(super) fn judge_queue_cut(&mut self, now: Instant) {
@@ -135,13 +135,13 @@ impl Controller {
             // stood for eleven seconds.
             Some(true) if !cut.cost_answers(self.rate_since_queue_cut(), point_after.1) => {}
             // Requests sent alone met no queue of the client's making, and
-            // were surely quicker: a server serving one at a time whose
+            // were far quicker: a server serving one at a time whose
             // answers vary in length had such a cut undone now and then,
             // its queue's round trip taken for the no-load one, and held a
             // queue of three or four for minutes. Answers within half again
-            // theirs undid cuts too, and raised the estimate step by step
-            // to three times theirs over five minutes.
-            Some(true) if self.queued_by_alone(&after) => self.queue_cut = None,
+            // theirs, or theirs grown old, undid cuts too, and raised the
+            // estimate step by step to three times theirs over five minutes.
+            Some(true) if self.queued_by_alone(&after, now) => self.queue_cut = None,
             Some(true) => {
                 let (before, in_slow_start) = (cut.before, cut.in_slow_start);
                 self.raise_no_load(point_after.0);
