@@ -710,7 +710,7 @@ async fn a_long_run_keeps_a_one_at_a_time_servers_queue_short() {
         queues.push(sim.mean_queue_between(Duration::from_secs(10), run));
     }
     let mean = mean(&queues);
-    let worst = queues.iter().copied().fold(0.0, f64::max);
+    let worst = largest(&queues);
     eprintln!("one at a time for five minutes: mean queue by draw {queues:.2?}, mean {mean:.2}");
     assert!(mean <= 1.1, "mean queue {mean:.2}");
     assert!(worst <= 1.3, "a mean queue of {worst:.2} in one draw");
@@ -1076,7 +1076,7 @@ async fn four_shards_share_a_capped_server_as_one_run_uses_it() {
         for &ms in &staggers {
             let four = Sim::over_wire(server.clone(), wire, None);
             let shards = drive_shards(&four, 4, total / 4, Duration::from_millis(ms)).await;
-            let last = shards.iter().cloned().fold(0.0, f64::max);
+            let last = largest(&shards);
             let calls = four.calls_per_success();
             eprintln!(
                 "wire {wire:?}: one run {single:.2} s ({:.3} calls/answer); 4 shards {ms} ms \
@@ -1299,7 +1299,7 @@ async fn mean_ratio_over_draws(
 ) -> f64 {
     let ratios = ratios_over_draws(count, rows, fixed, at).await;
     let mean = mean(&ratios);
-    let worst = ratios.iter().copied().fold(0.0, f64::max);
+    let worst = largest(&ratios);
     eprintln!(
         "{name}, {rows} rows, by draw: adaptive / best fixed {ratios:.2?}, mean {mean:.2}, worst {worst:.2}"
     );
@@ -1319,6 +1319,11 @@ fn env_number(name: &str) -> Option<u64> {
 
 fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// The largest of `values` (none below zero here), 0 for none.
+fn largest(values: &[f64]) -> f64 {
+    values.iter().copied().fold(0.0, f64::max)
 }
 
 /// The `n`th request's answer time of a log-normal long tail of mean
