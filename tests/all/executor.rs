@@ -68,9 +68,20 @@ async fn adapts_to_a_capacity_it_is_not_told() {
     })
     .await
     .unwrap();
-    let (_ws, rows, code, summary) = run(&server, 400, "pool_size: 64", "").await;
+    let (ws, rows, code, summary) = run(&server, 400, "pool_size: 64", "").await;
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 400);
+    // The summary says why the limit stands where it does, and the audit
+    // trail keeps every such decision.
+    assert!(summary.contains("last limit decision at"), "{summary}");
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let decisions = limit_decisions(&db, 1);
+    assert!(
+        decisions
+            .iter()
+            .any(|(_, why)| why.contains("refused (429/503/529")),
+        "no cut for refusals among {decisions:?}; {summary}"
+    );
     let served = server.served();
     let calls_per_row = served.len() as f64 / 400.0;
     // 1.05 to 1.08 in 20 runs beside two and four busy processes on two
@@ -198,9 +209,9 @@ async fn answers_with_a_long_tail_do_not_hold_the_limit_down() {
     assert!(peak >= 120, "at most {peak} in flight at once; {summary}");
 }
 
-/// The concurrency limit of run `run`'s one endpoint as it changed, from the
-/// run's summary in the audit trail at `db`: (seconds into the run, limit).
-fn limit_record(db: &Connection, run: i64) -> Vec<(f64, u64)> {
+/// What run `run`'s summary in the audit trail at `db` says of its one
+/// endpoint.
+fn endpoint_summary(db: &Connection, run: i64) -> Value {
     let json: String = db
         .query_row(
             "SELECT summary_json FROM runs WHERE run_id = ?1",
@@ -209,12 +220,63 @@ fn limit_record(db: &Connection, run: i64) -> Vec<(f64, u64)> {
         )
         .unwrap();
     let summary: Value = serde_json::from_str(&json).unwrap();
-    summary["endpoints"][0]["concurrency_limit_changes"]
+    summary["endpoints"][0].clone()
+}
+
+/// The concurrency limit of run `run`'s one endpoint as it changed, from the
+/// run's summary in the audit trail at `db`: (seconds into the run, limit).
+fn limit_record(db: &Connection, run: i64) -> Vec<(f64, u64)> {
+    endpoint_summary(db, run)["concurrency_limit_changes"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| (c[0].as_f64().unwrap(), c[1].as_u64().unwrap()))
         .collect()
+}
+
+/// The decisions that moved run `run`'s one endpoint's limit, from the
+/// run's summary in the audit trail at `db`: (limit after, reason).
+fn limit_decisions(db: &Connection, run: i64) -> Vec<(u64, String)> {
+    endpoint_summary(db, run)["concurrency_limit_decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["to"].as_u64().unwrap(),
+                d["why"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A local server (llama.cpp, vLLM, Ollama) queues what it cannot serve at
+/// once instead of refusing it. Kept at the pool's 64, its queue would be 60
+/// and every answer would wait 1.5 s; the limit follows the round trip down
+/// to about what it serves, and says so.
+#[tokio::test]
+async fn a_queueing_server_is_kept_to_a_short_queue() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(100),
+        serve_at_once: Some(4),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(&server, 300, "pool_size: 64", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 300);
+    let queue = time_weighted_mean(&server.queue_changes(), Duration::ZERO, server.elapsed());
+    eprintln!("queueing server: mean queue {queue:.1}; {summary}");
+    assert!(queue <= 16.0, "a mean queue of {queue:.1}; {summary}");
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let decisions = limit_decisions(&db, 1);
+    assert!(
+        decisions
+            .iter()
+            .any(|(to, why)| *to < 16 && why.starts_with("a queue at the endpoint")),
+        "no cut for a queue among {decisions:?}; {summary}"
+    );
 }
 
 /// A continuous-batching server (vLLM, TGI, SGLang) serving up to 128 at

@@ -323,6 +323,15 @@ impl RunReport {
                 e.stats.capacity_errors,
                 e.stats.throttled_seconds,
             );
+            // Why the limit stands where it does: a user who set a pool of
+            // 64 and sees 2 learns that the endpoint queued.
+            if let Some(last) = e.stats.concurrency_limit_decisions.last() {
+                let _ = writeln!(
+                    s,
+                    "           last limit decision at {:.1} s: {} → {}, {}",
+                    last.at, last.from, last.to, last.why
+                );
+            }
             if let Some(learned) = &e.stats.learned_start {
                 let _ = writeln!(
                     s,

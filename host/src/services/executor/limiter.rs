@@ -17,7 +17,7 @@
 
 use super::arrivals::Arrivals;
 use super::clock;
-use super::controller::{Controller, Signal};
+use super::controller::{Controller, Decision, Signal};
 use super::pacing::Pacing;
 use super::rate::RateReport;
 use super::to_come::RowsToCome;
@@ -36,6 +36,8 @@ use tokio::time::Instant;
 const LINE: usize = 8;
 
 pub struct Limiter {
+    /// The endpoint's name, for the log of the controller's decisions.
+    endpoint: String,
     state: Mutex<State>,
 }
 
@@ -89,6 +91,8 @@ pub struct LimiterSnapshot {
     pub has_learned: bool,
     /// (time since start, limit) at every change of the whole-number limit.
     pub samples: Vec<(Duration, u32)>,
+    /// The controller's cuts, undos and drains, with their reasons.
+    pub decisions: Vec<Decision>,
 }
 
 /// What a request in line waits for next.
@@ -107,13 +111,20 @@ pub fn rows_wanted_at(limit: usize) -> usize {
 impl Limiter {
     #[cfg(test)]
     pub fn new(initial: usize, max: usize) -> Self {
-        Self::sharing_windows(initial, max, ProviderWindows::default())
+        Self::sharing_windows("test", initial, max, ProviderWindows::default())
     }
 
-    /// A limiter that follows the provider's rate windows as `windows` does.
-    pub fn sharing_windows(initial: usize, max: usize, windows: ProviderWindows) -> Self {
+    /// The limiter of the endpoint `endpoint`, which follows the provider's
+    /// rate windows as `windows` does.
+    pub fn sharing_windows(
+        endpoint: &str,
+        initial: usize,
+        max: usize,
+        windows: ProviderWindows,
+    ) -> Self {
         let now = Instant::now();
         Self {
+            endpoint: endpoint.to_string(),
             state: Mutex::new(State {
                 controller: Controller::new(initial, max, now),
                 pacing: Pacing::new(now),
@@ -301,6 +312,7 @@ impl Limiter {
             no_load_rtt: s.controller.no_load_rtt(),
             has_learned: s.controller.has_learned(),
             samples: s.controller.changes().to_vec(),
+            decisions: s.controller.decisions().to_vec(),
         }
     }
 
@@ -308,7 +320,13 @@ impl Limiter {
         let mut s = self.lock();
         s.in_flight -= 1;
         let now = Instant::now();
+        let decided_before = s.controller.decisions_made();
         s.controller.on_answer(now, sent_at, in_flight, signal);
+        if s.controller.decisions_made() != decided_before
+            && let Some(decision) = s.controller.decisions().last()
+        {
+            tracing::debug!(target: "weir::limit", "endpoint `{}`: {decision}", self.endpoint);
+        }
         // Only those a slot is free for: waking every waiter on every answer
         // would cost more CPU than the requests themselves.
         s.wake_those_with_room(now);

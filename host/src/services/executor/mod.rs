@@ -241,6 +241,7 @@ impl Endpoint {
             target,
             clients: Clients::new(client),
             limiter: Limiter::sharing_windows(
+                name,
                 initial,
                 spec.pool_size,
                 ProviderWindows::shared_by(spec.shards_sharing_windows),

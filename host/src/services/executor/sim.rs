@@ -610,10 +610,21 @@ async fn drive(sim: &Rc<Sim>, pool: usize, workers: usize, run: Duration) -> Rc<
         });
     }
     local.await;
-    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
-        eprintln!("{:?}", limiter.snapshot().samples);
-    }
+    trace("", &limiter);
     limiter
+}
+
+/// With `WEIR_SIM_TRACE` set, prints the limit's changes and the decisions
+/// that made them, each line after `label`.
+fn trace(label: &str, limiter: &Limiter) {
+    if std::env::var_os("WEIR_SIM_TRACE").is_none() {
+        return;
+    }
+    let snapshot = limiter.snapshot();
+    eprintln!("{label}{:?}", snapshot.samples);
+    for decision in &snapshot.decisions {
+        eprintln!("{label}{decision}");
+    }
 }
 
 const LATENCY: Duration = Duration::from_millis(100);
@@ -1043,10 +1054,8 @@ async fn drive_shards(sim: &Rc<Sim>, shards: usize, rows: usize, stagger: Durati
         }
     }
     local.await;
-    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
-        for (shard, limiter) in limiters.iter().enumerate() {
-            eprintln!("shard {shard}: {:?}", limiter.snapshot().samples);
-        }
+    for (shard, limiter) in limiters.iter().enumerate() {
+        trace(&format!("shard {shard}: "), limiter);
     }
     finished.borrow().clone()
 }
@@ -1176,9 +1185,7 @@ async fn run_rows(sim: &Rc<Sim>, concurrency: Concurrency, rows: usize) -> Finis
         });
     }
     local.await;
-    if std::env::var_os("WEIR_SIM_TRACE").is_some() {
-        eprintln!("{concurrency:?}: {:?}", limiter.snapshot().samples);
-    }
+    trace(&format!("{concurrency:?}: "), &limiter);
     *outcome.borrow()
 }
 

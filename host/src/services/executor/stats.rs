@@ -84,6 +84,16 @@ pub struct Money {
     pub cache_saved_usd: f64,
 }
 
+/// A decision of the adaptive limit, as the summary stores it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitDecision {
+    /// Seconds since the endpoint was set up.
+    pub at: f64,
+    pub from: u32,
+    pub to: u32,
+    pub why: String,
+}
+
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct StatsSnapshot {
     pub requests: u64,
@@ -104,6 +114,8 @@ pub struct StatsSnapshot {
     pub concurrency_limit: u32,
     pub peak_concurrency_limit: u32,
     pub concurrency_limit_changes: Vec<(f64, u32)>,
+    /// The cuts, undos and drains that moved the limit, with their reasons.
+    pub concurrency_limit_decisions: Vec<LimitDecision>,
     /// Where the limit started, when an earlier run against the same
     /// endpoint had learned one.
     pub learned_start: Option<super::LearnedStart>,
@@ -239,6 +251,16 @@ impl Stats {
                 .samples
                 .iter()
                 .map(|(at, limit)| ((at.as_secs_f64() * 1000.0).round() / 1000.0, *limit))
+                .collect(),
+            concurrency_limit_decisions: limiter
+                .decisions
+                .iter()
+                .map(|d| LimitDecision {
+                    at: (d.at.as_secs_f64() * 1000.0).round() / 1000.0,
+                    from: d.from,
+                    to: d.to,
+                    why: d.why.to_string(),
+                })
                 .collect(),
             learned_start: None,
             throttled_seconds: throttled.as_secs_f64(),

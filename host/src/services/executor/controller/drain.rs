@@ -43,6 +43,7 @@ impl Controller {
             started: now,
             answered: Tally::default(),
         });
+        self.decided(Why::Draining, self.limit);
         self.limit = drained;
         // A queue cut still unjudged is older than the drain's measure, and
         // the drain's answers at half the load would judge it against a
@@ -71,8 +72,12 @@ impl Controller {
         else {
             return;
         };
+        let from = self.limit;
         self.limit = self.limit.max(drain.restore);
         let lowered = self.lower_no_load(before.min(lower));
+        if let Some(no_load) = self.base_rtt {
+            self.decided(Why::Drained { no_load }, from);
+        }
         self.drain = None;
         self.drain_again = lowered;
         if lowered {

@@ -214,6 +214,11 @@ impl Controller {
         if self.limit <= 1.0 && self.pending.is_some() {
             return false;
         }
+        let why = Why::Refused {
+            refused: lost,
+            slow_start: self.slow_start,
+        };
+        self.decided(why, self.limit);
         // Refusals are the endpoint's word on its room, whatever the queue.
         self.drop_drain();
         self.queue_bound = false;
@@ -344,8 +349,11 @@ impl Controller {
     /// refused after a cut is noisy) would otherwise start the overshoot
     /// over, once from 12 to 28 slots against a server taking 8.
     pub(super) fn undo(&mut self, cut: Cut, loss: f64) {
+        let from = self.limit;
         self.limit = self.limit.max(cut.before);
         self.ceiling = self.ceiling.max(cut.ceiling_before);
         self.usual_loss = self.usual_loss.max(loss.min(MAX_USUAL_LOSS));
+        let share = self.usual_loss;
+        self.decided(Why::RefusedWhateverTheLoad { share }, from);
     }
 }

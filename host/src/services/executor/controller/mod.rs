@@ -52,6 +52,7 @@
 //! Nothing here reads a clock: every event carries its instant, so the
 //! controller is tested on simulated time.
 
+mod decision;
 mod drain;
 mod losses;
 mod no_load;
@@ -60,6 +61,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 
+pub use decision::{Decision, Why};
 use drain::Drain;
 use losses::Cut;
 use queue::{QueueCut, QueueCuts};
@@ -150,6 +152,9 @@ const LEARNED_SHARE: f64 = 0.75;
 /// The most limit changes kept for the summary (see `thin`): a limit
 /// probing at a capped server's edge changes several times a second.
 const MAX_CHANGES: usize = 2048;
+/// The most decisions kept for the summary, thinned as the changes are: a
+/// capped server's edge is cut a slot several times a second.
+const MAX_DECISIONS: usize = 256;
 /// Round trips after slow start met a queue within which the smoothed
 /// round trip must confirm it.
 const QUEUE_CONFIRMED_WITHIN: u32 = 4;
@@ -315,6 +320,12 @@ pub struct Controller {
     quicker_window: Option<f64>,
     peak: f64,
     changes: Vec<(Duration, u32)>,
+    /// The decision under way and the limit before it, until `note_change`
+    /// records it.
+    why: Option<(Why, f64)>,
+    decisions: Vec<Decision>,
+    /// Decisions recorded in all, thinned ones included.
+    decisions_made: u64,
     started: Instant,
 }
 
@@ -378,6 +389,9 @@ impl Controller {
             quicker_window: None,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
+            why: None,
+            decisions: Vec::new(),
+            decisions_made: 0,
             started: now,
         }
     }
@@ -457,6 +471,19 @@ impl Controller {
     /// one, until a long run has more than `MAX_CHANGES`.
     pub fn changes(&self) -> &[(Duration, u32)] {
         &self.changes
+    }
+
+    /// The cuts, undos and drains that changed the whole-number limit, with
+    /// their reasons: every one, until a long run has more than
+    /// `MAX_DECISIONS`.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// Decisions made in all: a caller that saw this many before an answer
+    /// finds the new one last in `decisions`.
+    pub fn decisions_made(&self) -> u64 {
+        self.decisions_made
     }
 
     /// A request was sent at `now`. `saturated`: it took the last slot, so
@@ -802,25 +829,48 @@ impl Controller {
         false
     }
 
+    /// A cut, undo or drain moved the limit from `from`, for `why`.
+    fn decided(&mut self, why: Why, from: f64) {
+        self.why = Some((why, from));
+    }
+
+    /// Records a change of the whole-number limit since `before`, and the
+    /// decision that made it, if one did. A decision the floor or the
+    /// pool's size left without effect is not one.
     fn note_change(&mut self, before: f64, now: Instant) {
-        if self.limit.floor() != before.floor() {
-            self.peak = self.peak.max(self.limit);
-            let at = now.saturating_duration_since(self.started);
-            self.changes.push((at, self.limit.floor() as u32));
-            if self.changes.len() > MAX_CHANGES {
-                thin(&mut self.changes);
+        let decided = self.why.take();
+        if self.limit.floor() == before.floor() {
+            return;
+        }
+        self.peak = self.peak.max(self.limit);
+        let at = now.saturating_duration_since(self.started);
+        let to = self.limit.floor() as u32;
+        self.changes.push((at, to));
+        if self.changes.len() > MAX_CHANGES {
+            thin(&mut self.changes, MAX_CHANGES);
+        }
+        if let Some((why, from)) = decided
+            && from.floor() as u32 != to
+        {
+            // The limit it started from may have grown within this answer.
+            self.peak = self.peak.max(from);
+            let from = from.floor() as u32;
+            self.decisions.push(Decision { at, from, to, why });
+            self.decisions_made += 1;
+            if self.decisions.len() > MAX_DECISIONS {
+                thin(&mut self.decisions, MAX_DECISIONS);
             }
         }
     }
 }
 
-/// Halves the changes after the first `MAX_CHANGES / 4`, keeping every
+/// Halves a record of `most` entries after its first quarter, keeping every
 /// other one: a long run's record stays bounded, its start whole and the
 /// rest at a resolution that halves each time it fills.
-fn thin(changes: &mut Vec<(Duration, u32)>) {
-    let keep = MAX_CHANGES / 4;
+fn thin<T>(record: &mut Vec<T>, most: usize) {
+    let keep = most / 4;
     let mut i = 0;
-    changes.retain(|_| {
+    record.retain(|_| {
         i += 1;
         i <= keep || (i - keep).is_multiple_of(2)
     });

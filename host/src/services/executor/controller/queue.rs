@@ -220,6 +220,7 @@ impl Controller {
     /// slow start goes on if they ended it (`in_slow_start`), unless a cut
     /// for losses waits to be judged.
     pub(super) fn undo_queue_cuts(&mut self, before: f64, in_slow_start: bool, now: Instant) {
+        let from = self.limit;
         self.queue_cut = None;
         self.queue_cuts = None;
         // The round trip is not the load's, so not drained either: a
@@ -229,6 +230,9 @@ impl Controller {
         self.limit = self.limit.max(before);
         self.ceiling = self.ceiling.max(before);
         self.slow_start |= in_slow_start && self.pending.is_none();
+        if let Some(no_load) = self.base_rtt {
+            self.decided(Why::NotAQueue { no_load }, from);
+        }
         self.changed(now);
     }
 
@@ -303,6 +307,13 @@ impl Controller {
             let before = self.limit;
             self.limit = target;
             self.ceiling = target;
+            if let Some(no_load) = self.base_rtt {
+                let why = Why::Queued {
+                    rtt: delayed,
+                    no_load,
+                };
+                self.decided(why, before);
+            }
             self.held_by_queue(now);
             self.queue_cut_made(before, point, delayed, true);
             self.changed(now);
@@ -325,10 +336,18 @@ impl Controller {
     /// the no-load one: with the server's own concurrency `c`, a limit `l`
     /// beyond it gives a ratio of `l / c`, so the new limit is `1.5 c`.
     fn cut_for_queue(&mut self, ratio: f64, now: Instant) {
+        let from = self.limit;
         self.slow_start = false;
         self.held_by_queue(now);
         self.limit = (self.limit * (TOLERANCE / ratio).max(MAX_QUEUE_CUT)).max(1.0);
         self.floor = self.floor.min((self.limit * FLOOR_SHARE).floor().max(1.0));
+        if let Some(no_load) = self.base_rtt {
+            let why = Why::Queued {
+                rtt: ratio * no_load,
+                no_load,
+            };
+            self.decided(why, from);
+        }
         // Growth probes slowly from here rather than heading back.
         self.ceiling = self.limit;
     }

@@ -55,6 +55,46 @@ fn slow_starts_first_overshoot_is_cut_to_where_its_refusals_began() {
 }
 
 #[test]
+fn a_cut_is_kept_with_its_reason_and_growth_is_not_a_decision() {
+    let start = Instant::now();
+    let mut controller = Controller::new(36, 128, start);
+    for (i, in_flight) in [33, 34, 35, 36].into_iter().enumerate() {
+        let sent_at = start + Duration::from_millis(1 + i as u64);
+        controller.on_answer(
+            sent_at + Duration::from_millis(1),
+            sent_at,
+            in_flight,
+            Signal::Overload,
+        );
+    }
+    let cut = Decision {
+        at: Duration::from_millis(5),
+        from: 36,
+        to: 32,
+        why: Why::Refused {
+            refused: 4,
+            slow_start: true,
+        },
+    };
+    assert_eq!(controller.decisions(), [cut]);
+    // Four refusals of 36 overshoot slow start (a few in a hundred do not).
+    // Answers at a full limit then grow it, which is no decision.
+    for i in 0..64 {
+        let sent_at = start + Duration::from_millis(10 + i);
+        controller.on_send(sent_at, true);
+        controller.on_answer(
+            sent_at + Duration::from_millis(100),
+            sent_at,
+            32,
+            Signal::Success,
+        );
+    }
+    assert!(controller.limit() > 32, "{}", controller.limit());
+    assert_eq!(controller.decisions(), [cut]);
+    assert_eq!(controller.decisions_made(), 1);
+}
+
+#[test]
 fn refusals_at_every_level_in_flight_are_the_endpoints_usual_share() {
     let random = answered(64, |i, _| i % 10 < 3);
     let usual = random.usual_share();
@@ -349,6 +389,12 @@ fn answers_to_requests_sent_alone_undo_queue_cuts_they_find_no_queue() {
     assert!((base - 0.4).abs() < 1e-9, "{base}");
     assert_eq!(controller.limit(), 14);
     assert!(controller.slow_start && !controller.queue_bound);
+    let undone = controller.decisions().last().copied();
+    assert!(
+        matches!(undone, Some(Decision { from: 2, to: 14, why: Why::NotAQueue { no_load }, .. })
+            if (no_load - 0.4).abs() < 1e-9),
+        "{undone:?}"
+    );
     // Against a server that serves one at a time, a cut for round trips
     // of 0.9 s stays.
     let controller = cut_then_alone(0.9);
@@ -628,7 +674,7 @@ fn a_long_record_of_changes_is_thinned_past_its_start() {
     let mut changes: Vec<_> = (0..MAX_CHANGES as u32 + 1)
         .map(|i| (Duration::from_millis(u64::from(i)), i))
         .collect();
-    thin(&mut changes);
+    thin(&mut changes, MAX_CHANGES);
     let keep = MAX_CHANGES / 4;
     assert_eq!(changes.len(), keep + (MAX_CHANGES + 1 - keep) / 2);
     assert_eq!(changes[keep - 1].1 as usize, keep - 1, "the start whole");
