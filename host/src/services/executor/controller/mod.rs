@@ -835,21 +835,21 @@ impl Controller {
     }
 
     /// Records a change of the whole-number limit since `before`, and the
-    /// decision that made it, if one did. A decision the floor or the
-    /// pool's size left without effect is not one.
+    /// decision made within this answer, if one moved it. A decision the
+    /// floor or the pool's size left without effect is not one.
     fn note_change(&mut self, before: f64, now: Instant) {
-        let decided = self.why.take();
-        if self.limit.floor() == before.floor() {
-            return;
-        }
-        self.peak = self.peak.max(self.limit);
         let at = now.saturating_duration_since(self.started);
         let to = self.limit.floor() as u32;
-        self.changes.push((at, to));
-        if self.changes.len() > MAX_CHANGES {
-            thin(&mut self.changes, MAX_CHANGES);
+        if self.limit.floor() != before.floor() {
+            self.peak = self.peak.max(self.limit);
+            self.changes.push((at, to));
+            if self.changes.len() > MAX_CHANGES {
+                thin(&mut self.changes, MAX_CHANGES);
+            }
         }
-        if let Some((why, from)) = decided
+        // A decision after growth within the same answer can end where the
+        // limit began it, and is a decision all the same.
+        if let Some((why, from)) = self.why.take()
             && from.floor() as u32 != to
         {
             // The limit it started from may have grown within this answer.

@@ -95,6 +95,25 @@ fn a_cut_is_kept_with_its_reason_and_growth_is_not_a_decision() {
 }
 
 #[test]
+fn a_decision_after_growth_within_one_answer_is_kept_though_the_limit_ends_where_it_began() {
+    let start = Instant::now();
+    let mut controller = Controller::new(6, 128, start);
+    // An answer grew the limit from 6.2 to 7.2, and a cut then took it to
+    // 6.5: no change of the whole-number limit, but a decision.
+    controller.limit = 6.5;
+    controller.decided(Why::Draining, 7.2);
+    controller.note_change(6.2, start + Duration::from_secs(1));
+    assert_eq!(controller.changes(), [(Duration::ZERO, 6)]);
+    let kept = controller
+        .decisions()
+        .iter()
+        .map(|d| (d.from, d.to))
+        .collect::<Vec<_>>();
+    assert_eq!(kept, [(7, 6)]);
+    assert_eq!(controller.peak(), 7);
+}
+
+#[test]
 fn refusals_at_every_level_in_flight_are_the_endpoints_usual_share() {
     let random = answered(64, |i, _| i % 10 < 3);
     let usual = random.usual_share();
