@@ -320,11 +320,7 @@ impl Limiter {
         let mut s = self.lock();
         s.in_flight -= 1;
         let now = Instant::now();
-        let decided_before = s.controller.decisions_made();
-        s.controller.on_answer(now, sent_at, in_flight, signal);
-        if s.controller.decisions_made() != decided_before
-            && let Some(decision) = s.controller.decisions().last()
-        {
+        if let Some(decision) = s.controller.on_answer(now, sent_at, in_flight, signal) {
             tracing::debug!(target: "weir::limit", "endpoint `{}`: {decision}", self.endpoint);
         }
         // Only those a slot is free for: waking every waiter on every answer

@@ -250,13 +250,13 @@ impl Stats {
             concurrency_limit_changes: limiter
                 .samples
                 .iter()
-                .map(|(at, limit)| ((at.as_secs_f64() * 1000.0).round() / 1000.0, *limit))
+                .map(|(at, limit)| (to_the_millisecond(*at), *limit))
                 .collect(),
             concurrency_limit_decisions: limiter
                 .decisions
                 .iter()
                 .map(|d| LimitDecision {
-                    at: (d.at.as_secs_f64() * 1000.0).round() / 1000.0,
+                    at: to_the_millisecond(d.at),
                     from: d.from,
                     to: d.to,
                     why: d.why.to_string(),
@@ -271,6 +271,11 @@ impl Stats {
             money: self.money.lock().expect("stats lock").clone(),
         }
     }
+}
+
+/// Seconds, rounded to the millisecond as the summary stores them.
+fn to_the_millisecond(at: Duration) -> f64 {
+    (at.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
 #[cfg(test)]

@@ -324,8 +324,6 @@ pub struct Controller {
     /// records it.
     why: Option<(Why, f64)>,
     decisions: Vec<Decision>,
-    /// Decisions recorded in all, thinned ones included.
-    decisions_made: u64,
     started: Instant,
 }
 
@@ -391,7 +389,6 @@ impl Controller {
             changes: vec![(Duration::ZERO, limit as u32)],
             why: None,
             decisions: Vec::new(),
-            decisions_made: 0,
             started: now,
         }
     }
@@ -480,12 +477,6 @@ impl Controller {
         &self.decisions
     }
 
-    /// Decisions made in all: a caller that saw this many before an answer
-    /// finds the new one last in `decisions`.
-    pub fn decisions_made(&self) -> u64 {
-        self.decisions_made
-    }
-
     /// A request was sent at `now`. `saturated`: it took the last slot, so
     /// answers to requests out at that moment may grow the limit, since a
     /// bigger one would have been used.
@@ -498,8 +489,15 @@ impl Controller {
     }
 
     /// `in_flight`: requests on the wire once this one was sent, itself
-    /// included.
-    pub fn on_answer(&mut self, now: Instant, sent_at: Instant, in_flight: usize, signal: Signal) {
+    /// included. Returns the decision the answer led to, if one moved the
+    /// limit.
+    pub fn on_answer(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        in_flight: usize,
+        signal: Signal,
+    ) -> Option<Decision> {
         let before = self.limit;
         if signal == Signal::Success {
             self.on_success(now, sent_at, in_flight);
@@ -562,7 +560,7 @@ impl Controller {
         if now >= self.window.start + 2 * self.window_len() {
             self.close_window(now);
         }
-        self.note_change(before, now);
+        self.note_change(before, now)
     }
 
     fn on_success(&mut self, now: Instant, sent_at: Instant, in_flight: usize) {
@@ -835,9 +833,10 @@ impl Controller {
     }
 
     /// Records a change of the whole-number limit since `before`, and the
-    /// decision made within this answer, if one moved it. A decision the
-    /// floor or the pool's size left without effect is not one.
-    fn note_change(&mut self, before: f64, now: Instant) {
+    /// decision made within this answer, if one moved it, which it returns.
+    /// A decision the floor or the pool's size left without effect is not
+    /// one.
+    fn note_change(&mut self, before: f64, now: Instant) -> Option<Decision> {
         let at = now.saturating_duration_since(self.started);
         let to = self.limit.floor() as u32;
         if self.limit.floor() != before.floor() {
@@ -849,18 +848,23 @@ impl Controller {
         }
         // A decision after growth within the same answer can end where the
         // limit began it, and is a decision all the same.
-        if let Some((why, from)) = self.why.take()
-            && from.floor() as u32 != to
-        {
-            // The limit it started from may have grown within this answer.
-            self.peak = self.peak.max(from);
-            let from = from.floor() as u32;
-            self.decisions.push(Decision { at, from, to, why });
-            self.decisions_made += 1;
-            if self.decisions.len() > MAX_DECISIONS {
-                thin(&mut self.decisions, MAX_DECISIONS);
-            }
+        let (why, from) = self
+            .why
+            .take()
+            .filter(|&(_, from)| from.floor() as u32 != to)?;
+        // The limit it started from may have grown within this answer.
+        self.peak = self.peak.max(from);
+        let decision = Decision {
+            at,
+            from: from.floor() as u32,
+            to,
+            why,
+        };
+        self.decisions.push(decision);
+        if self.decisions.len() > MAX_DECISIONS {
+            thin(&mut self.decisions, MAX_DECISIONS);
         }
+        Some(decision)
     }
 }
 

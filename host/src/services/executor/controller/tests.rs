@@ -82,16 +82,16 @@ fn a_cut_is_kept_with_its_reason_and_growth_is_not_a_decision() {
     for i in 0..64 {
         let sent_at = start + Duration::from_millis(10 + i);
         controller.on_send(sent_at, true);
-        controller.on_answer(
+        let decided = controller.on_answer(
             sent_at + Duration::from_millis(100),
             sent_at,
             32,
             Signal::Success,
         );
+        assert_eq!(decided, None);
     }
     assert!(controller.limit() > 32, "{}", controller.limit());
     assert_eq!(controller.decisions(), [cut]);
-    assert_eq!(controller.decisions_made(), 1);
 }
 
 #[test]
@@ -102,7 +102,8 @@ fn a_decision_after_growth_within_one_answer_is_kept_though_the_limit_ends_where
     // 6.5: no change of the whole-number limit, but a decision.
     controller.limit = 6.5;
     controller.decided(Why::Draining, 7.2);
-    controller.note_change(6.2, start + Duration::from_secs(1));
+    let decided = controller.note_change(6.2, start + Duration::from_secs(1));
+    assert_eq!(decided.map(|d| (d.from, d.to)), Some((7, 6)));
     assert_eq!(controller.changes(), [(Duration::ZERO, 6)]);
     let kept = controller
         .decisions()
