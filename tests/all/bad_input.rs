@@ -78,7 +78,7 @@ fn cases() -> Vec<Case> {
                 "in.csv",
                 &GOOD_NODE.replace("component: llm", "component: bad.wasm"),
             ),
-            expect: "is not a loadable WebAssembly component",
+            expect: "bad.wasm is not a WebAssembly file: it begins with \"not wasm\"",
         },
         Case {
             name: "a core module, not a component",

@@ -9,6 +9,13 @@ pub enum LoadError {
     /// The engine or its linker cannot be set up.
     #[error(transparent)]
     Engine(WasmError),
+    /// The bytes lack wasm's magic number: another file was named (a
+    /// source file, a text file, an HTML error page saved as `.wasm`).
+    #[error(
+        "{origin} is not a WebAssembly file: it begins with {begins}, not wasm's `\\0asm`; \
+         name the `.wasm` a component's build wrote (`weir guest build DIR`)"
+    )]
+    NotWasm { origin: String, begins: String },
     /// `origin` names the bytes: a file, or a built-in component.
     #[error("{origin} is not a loadable WebAssembly component")]
     NotAComponent {

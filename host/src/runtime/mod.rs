@@ -77,6 +77,12 @@ impl Runtime {
 
     /// Compiles `bytes` (or takes them from the cache); `origin` names them in errors.
     pub fn load(&self, bytes: &[u8], origin: &str) -> Result<LoadedComponent, LoadError> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError::NotWasm {
+                origin: origin.to_string(),
+                begins: first_bytes(bytes),
+            });
+        }
         self.cache
             .get_or_compile(&self.engine, bytes)
             .map_err(|e| LoadError::NotAComponent {
@@ -102,5 +108,22 @@ impl Runtime {
 
     pub(crate) fn ticker(&self) -> &ticker::EpochTicker {
         &self.ticker
+    }
+}
+
+/// How a file that is not wasm begins, as a user would recognise it: its
+/// first characters when they are text, else its first bytes in hex.
+fn first_bytes(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(16)];
+    match std::str::from_utf8(head) {
+        _ if head.is_empty() => "nothing (the file is empty)".to_string(),
+        Ok(text) if text.chars().all(|c| !c.is_control() || c.is_whitespace()) => {
+            format!("{text:?}")
+        }
+        _ => head
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" "),
     }
 }
