@@ -277,6 +277,31 @@ async fn a_queueing_server_is_kept_to_a_short_queue() {
             .any(|(to, why)| *to < 16 && why.starts_with("a queue at the endpoint")),
         "no cut for a queue among {decisions:?}; {summary}"
     );
+    // The run told again from the audit trail: the summary's endpoint
+    // lines as the run printed them, then every decision, each with why.
+    let audit = ws.path("weir-audit.sqlite");
+    let told = weir(
+        &["runs", "1", "--full", "--audit", audit.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    let told = String::from_utf8_lossy(&told.stdout).to_string();
+    let endpoint_lines: Vec<&str> = summary
+        .lines()
+        .skip_while(|l| !l.starts_with("  endpoint llm:"))
+        .take_while(|l| !l.starts_with("  output"))
+        .collect();
+    assert_eq!(endpoint_lines.len(), 3, "{summary}");
+    for line in &endpoint_lines {
+        assert!(told.contains(line), "`{line}` not in:\n{told}");
+    }
+    let listed: Vec<&str> = told.lines().filter(|l| l.contains(" → ")).collect();
+    // The last decision is told twice: under the limit, and in the list.
+    assert_eq!(listed.len(), decisions.len() + 1, "{told}");
+    assert!(
+        told.contains(&format!("limit decisions, all {}:", decisions.len())),
+        "{told}"
+    );
 }
 
 /// A continuous-batching server (vLLM, TGI, SGLang) serving up to 128 at

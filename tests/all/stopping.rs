@@ -352,11 +352,13 @@ async fn exit_status_and_run_state_tell_the_truth() {
     let out = run_with_key(&p, &server.base_url()).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(run_status(&ws), "failed_to_start");
+    let run: i64 = audit_value(&ws, "SELECT max(run_id) FROM runs");
+    let told = weir(&["runs", &run.to_string(), "-p", p.to_str().unwrap()], &[]).await;
+    let told = String::from_utf8_lossy(&told.stdout);
     assert!(
-        audit_value::<String>(
-            &ws,
-            "SELECT summary_json FROM runs ORDER BY run_id DESC LIMIT 1"
-        )
-        .contains("not a loadable WebAssembly component")
+        told.contains("failed_to_start")
+            && told.contains("  error    ")
+            && told.contains("bad.wasm is not a WebAssembly file"),
+        "{told}"
     );
 }

@@ -19,7 +19,7 @@ use crate::services::audit::History;
 use crate::services::stop::RunStop;
 use crate::services::storage;
 use crate::{config, engine};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -99,8 +99,15 @@ enum Command {
     /// Check a pipeline without calling any endpoint: the file, the source, every
     /// component and its options.
     Validate { pipeline: PathBuf },
-    /// List the runs in an audit database with their status and row counts.
+    /// List the runs in an audit database with their status and row counts;
+    /// with RUN, tell that run's summary again: its rows, each endpoint's
+    /// requests, latency and concurrency limit, and the decisions that moved
+    /// the limit.
     Runs {
+        run: Option<i64>,
+        /// With RUN, list every decision of the limit, not only the last.
+        #[arg(long, requires = "run")]
+        full: bool,
         #[command(flatten)]
         database: Database,
     },
@@ -515,9 +522,22 @@ async fn execute(command: Command) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Runs { database } => {
+        Command::Runs {
+            run,
+            full,
+            database,
+        } => {
             let history = History::open(&database.fetched().await?)?;
-            show(&story::runs(&history.runs()?));
+            match run {
+                None => show(&story::runs(&history.runs()?)),
+                Some(run) => {
+                    let json = history.summary_json(run)?;
+                    let summary = engine::StoredSummary::parse(&json).with_context(|| {
+                        format!("run {run}: its stored summary is not one weir can read")
+                    })?;
+                    show(&story::run(&history.run(run)?, &summary, full));
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Explain {

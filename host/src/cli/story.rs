@@ -1,10 +1,15 @@
 //! How `weir runs` and `weir explain` print what the audit database holds.
 
+use crate::engine::StoredSummary;
 use crate::services::audit::{CallStory, RowStory, RunInfo, StateStory, utc};
 use std::fmt::Write;
 
 /// Bodies longer than this are cut in `weir explain` unless `--full`.
 const BODY_PREVIEW: usize = 400;
+
+/// The limit's decisions `weir runs RUN` lists unless `--full`: the last
+/// ones, which tell where the limit ended and why.
+const DECISIONS_SHOWN: usize = 20;
 
 pub fn runs(runs: &[RunInfo]) -> String {
     if runs.is_empty() {
@@ -52,6 +57,99 @@ pub fn runs(runs: &[RunInfo]) -> String {
             },
             run.pipeline_path
         );
+    }
+    s
+}
+
+/// One run told again from what it kept: the run's line, then the summary
+/// its last segment printed, with the limit's decisions listed.
+pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "run {} · {} · {} segment{} · {}",
+        run.run_id,
+        run.state(),
+        run.segments,
+        if run.segments == 1 { "" } else { "s" },
+        run.pipeline_path
+    );
+    let took = run.finished_at_ms.map_or(String::new(), |f| {
+        format!(", took {}", seconds(f - run.started_at_ms))
+    });
+    let _ = writeln!(s, "  started  {} UTC{took}", utc(run.started_at_ms));
+    let outcomes: Vec<String> = run
+        .outcomes
+        .iter()
+        .map(|(o, n)| format!("{n} {}", o.replace('_', " ")))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  rows     {}: {}",
+        run.rows,
+        if outcomes.is_empty() {
+            "none ended yet".to_string()
+        } else {
+            outcomes.join(", ")
+        }
+    );
+    let cost = run
+        .cost_usd
+        .map_or(String::new(), |usd| format!("; cost ${usd:.4}"));
+    let _ = writeln!(s, "  calls    {} recorded{cost}", run.calls);
+    if let Some(error) = &summary.error {
+        let _ = writeln!(s, "  error    {error}");
+    }
+    if let Some(reason) = &summary.stopped {
+        let _ = writeln!(s, "  stopped  {reason}");
+    }
+    if let Some(shards) = summary.merged_shards {
+        let _ = writeln!(
+            s,
+            "  merged   from {shards} shards: each shard's endpoint figures stay with its own run"
+        );
+    }
+    if summary.endpoints.is_empty() {
+        if summary.error.is_none() && summary.merged_shards.is_none() {
+            let why = match run.state() {
+                "running" => "the run is still going; its figures are kept when it ends",
+                _ => "the run ended without keeping them (its process was killed)",
+            };
+            let _ = writeln!(s, "  figures  none: {why}");
+        }
+        return s;
+    }
+    if run.segments > 1 {
+        let _ = writeln!(
+            s,
+            "  figures  of segment {}, the last; each segment keeps only its own",
+            run.segments
+        );
+    }
+    for endpoint in &summary.endpoints {
+        s.push_str(&endpoint.lines(summary.stopped.is_some()));
+        let decisions = &endpoint.stats.concurrency_limit_decisions;
+        if decisions.is_empty() {
+            continue;
+        }
+        let shown = if full {
+            decisions.len()
+        } else {
+            decisions.len().min(DECISIONS_SHOWN)
+        };
+        let which = if shown == decisions.len() {
+            format!("all {}", decisions.len())
+        } else {
+            format!("the last {shown} of {} (--full lists all)", decisions.len())
+        };
+        let _ = writeln!(s, "           limit decisions, {which}:");
+        for d in &decisions[decisions.len() - shown..] {
+            let _ = writeln!(
+                s,
+                "           {:>8.1} s  {:>4} → {:<4} {}",
+                d.at, d.from, d.to, d.why
+            );
+        }
     }
     s
 }
@@ -232,10 +330,98 @@ fn seconds(ms: i64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
 }
 
-/// `YYYY-MM-DD HH:MM:SS` from milliseconds since the epoch.
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    fn finished_run(segments: u32) -> RunInfo {
+        RunInfo {
+            run_id: 3,
+            status: "completed".into(),
+            in_progress: false,
+            pipeline_path: "p.yaml".into(),
+            started_at_ms: 1_795_255_445_000,
+            finished_at_ms: Some(1_795_255_457_300),
+            segments,
+            rows: 10,
+            outcomes: BTreeMap::from([("completed".to_string(), 10)]),
+            calls: 10,
+            cost_usd: None,
+            shard: None,
+            open_batches: vec![],
+        }
+    }
+
+    #[test]
+    fn a_summary_kept_before_the_limit_kept_its_decisions_is_told() {
+        let json = r#"{"endpoints":[{"name":"llm","pool_size":16,"requests":10,"successes":10,
+            "concurrency_limit":9,"peak_concurrency_limit":12,"breaker":"closed",
+            "latency_p50_ms":51}],"stopped":null}"#;
+        let told = run(
+            &finished_run(2),
+            &StoredSummary::parse(json).unwrap(),
+            false,
+        );
+        assert!(told.contains("took 12.3 s"), "{told}");
+        assert!(told.contains("  figures  of segment 2, the last"), "{told}");
+        assert!(
+            told.contains("  endpoint llm: 10 requests, 10 ok, 0 failed;"),
+            "{told}"
+        );
+        assert!(
+            told.contains("concurrency limit 9 (peak 12) of pool 16"),
+            "{told}"
+        );
+        assert!(!told.contains("decision"), "{told}");
+    }
+
+    #[test]
+    fn the_last_decisions_are_listed_unless_all_are_asked_for() {
+        let decisions: Vec<String> = (0..25)
+            .map(|i| {
+                format!(
+                    r#"{{"at":{i}.0,"from":{},"to":{i},"why":"refused {i}"}}"#,
+                    i + 1
+                )
+            })
+            .collect();
+        let json = format!(
+            r#"{{"endpoints":[{{"name":"llm","concurrency_limit_decisions":[{}]}}]}}"#,
+            decisions.join(",")
+        );
+        let summary = StoredSummary::parse(&json).unwrap();
+        let told = run(&finished_run(1), &summary, false);
+        assert!(told.contains("limit decisions, the last 20 of 25 (--full lists all):"));
+        assert!(
+            !told.contains("refused 4\n") && told.contains("refused 5\n"),
+            "{told}"
+        );
+        let full = run(&finished_run(1), &summary, true);
+        assert!(full.contains("limit decisions, all 25:") && full.contains("refused 0\n"));
+    }
+
+    #[test]
+    fn runs_without_endpoint_figures_say_why() {
+        let failed = StoredSummary::parse(r#"{"error":"component not found"}"#).unwrap();
+        let told = run(&finished_run(1), &failed, false);
+        assert!(told.contains("  error    component not found"), "{told}");
+        assert!(!told.contains("figures"), "{told}");
+        let mut going = finished_run(1);
+        going.status = "running".into();
+        going.finished_at_ms = None;
+        let told = run(&going, &StoredSummary::parse("[]").unwrap(), false);
+        assert!(told.contains("  figures  none: the run ended without keeping them"));
+        going.in_progress = true;
+        let told = run(&going, &StoredSummary::parse("[]").unwrap(), false);
+        assert!(
+            told.contains("  figures  none: the run is still going"),
+            "{told}"
+        );
+        let merged = StoredSummary::parse(r#"{"merged_shards":4}"#).unwrap();
+        assert!(run(&finished_run(1), &merged, false).contains("  merged   from 4 shards"));
+        assert!(StoredSummary::parse(r#"{"endpoints":3}"#).is_err());
+    }
 
     #[test]
     fn long_bodies_are_cut_on_a_character_boundary() {

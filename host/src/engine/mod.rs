@@ -21,7 +21,7 @@ mod source_check;
 mod stage;
 
 pub use merge::{Merged, merge};
-pub use report::{EndpointReport, RunReport};
+pub use report::{EndpointReport, RunReport, StoredSummary};
 // `weir test` runs a node's rows through exactly the code `weir run` uses.
 pub(crate) use setup::Node;
 pub(crate) use stage::Flow;
@@ -428,11 +428,12 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         let (run_id, audit_path) = (audit.run_id(), audit.path().to_path_buf());
         let totals = audit
             .finish(RunEnd {
-                summary_json: serde_json::json!({
-                    "endpoints": &report.endpoints,
-                    "stopped": report.stopped.as_ref().map(ToString::to_string),
+                summary_json: serde_json::to_string(&StoredSummary {
+                    endpoints: report.endpoints.clone(),
+                    stopped: report.stopped.as_ref().map(ToString::to_string),
+                    ..StoredSummary::default()
                 })
-                .to_string(),
+                .map_err(|e| RunError::Invalid(format!("the run's summary as JSON: {e}")))?,
                 calls_replayed: report.calls_replayed,
                 interrupted: report.stopped.is_some(),
             })

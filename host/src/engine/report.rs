@@ -5,7 +5,7 @@ use crate::services::batch::BatchStats;
 use crate::services::executor::StatsSnapshot;
 use crate::services::stop::StopReason;
 use crate::terminal::escape;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -57,17 +57,137 @@ pub struct FailureGroup {
     pub first_message: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EndpointReport {
     pub name: String,
+    #[serde(default)]
     pub pool_size: usize,
     /// The endpoint has a `price`, so its cost means something.
+    #[serde(default)]
     pub priced: bool,
     #[serde(flatten)]
     pub stats: StatsSnapshot,
     /// `mode: batch`: what its provider batches did in this process.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batches: Option<BatchStats>,
+}
+
+/// What a run keeps of its summary in `runs.summary_json`: the figures of
+/// the segment that ended it, read back by `weir runs RUN`. A run that
+/// failed to start keeps its error instead, a merge how many shards it
+/// joined, and a run still going (or killed) nothing yet.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct StoredSummary {
+    #[serde(default)]
+    pub endpoints: Vec<EndpointReport>,
+    #[serde(default)]
+    pub stopped: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_shards: Option<u32>,
+}
+
+impl StoredSummary {
+    /// A run that has not ended keeps `[]`: nothing to read yet.
+    pub fn parse(json: &str) -> serde_json::Result<Self> {
+        match serde_json::from_str::<serde_json::Value>(json)? {
+            serde_json::Value::Array(items) if items.is_empty() => Ok(Self::default()),
+            value => serde_json::from_value(value),
+        }
+    }
+}
+
+impl EndpointReport {
+    /// What the summary tells of the endpoint, a line each: its batches,
+    /// its requests, its limit and why the limit stands where it does.
+    pub fn lines(&self, stopped: bool) -> String {
+        let mut s = String::new();
+        if let Some(b) = &self.batches {
+            let _ = write!(
+                s,
+                "  endpoint {}: batch mode: {} batches, {} requests submitted, {} answered, \
+                 {} failed, {} sent again; waited {:.1} s",
+                self.name,
+                b.batches,
+                b.requests,
+                b.answered,
+                b.failed,
+                b.resubmitted,
+                b.waited.as_secs_f64()
+            );
+            if self.priced {
+                let _ = write!(s, "; {} saved over online prices", usd(b.saved_usd));
+            }
+            let _ = writeln!(s);
+            if self.stats.requests == 0 {
+                return s;
+            }
+        }
+        let ms = |v: Option<u32>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+        // A stop that cuts calls ends them neither answered nor failed.
+        let cut = self
+            .stats
+            .requests
+            .saturating_sub(self.stats.successes + self.stats.failures);
+        let cut = if stopped && cut > 0 {
+            format!(", {cut} cut by the stop")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "  endpoint {}: {} requests, {} ok, {} failed{cut}; retries {} capacity, \
+             {} transient, {} hung; latency p50 {}, p99 {}",
+            self.name,
+            self.stats.requests,
+            self.stats.successes,
+            self.stats.failures,
+            self.stats.capacity_retries,
+            self.stats.transient_retries,
+            self.stats.hung_retries,
+            ms(self.stats.latency_p50_ms),
+            ms(self.stats.latency_p99_ms)
+        );
+        // Rows held behind an open breaker count as throttled: say how
+        // much of the run it was open, so an outage does not read as
+        // rate limiting.
+        let breaker = match self.stats.breaker_open_seconds {
+            open if open >= 0.05 => {
+                format!("open {open:.1} s in all, {} at the end", self.stats.breaker)
+            }
+            _ => self.stats.breaker.to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "           concurrency limit {} (peak {}) of pool {}, peak {} in flight; \
+             {} capacity errors; throttled {:.1} s; breaker {breaker}",
+            self.stats.concurrency_limit,
+            self.stats.peak_concurrency_limit,
+            self.pool_size,
+            self.stats.peak_in_flight,
+            self.stats.capacity_errors,
+            self.stats.throttled_seconds,
+        );
+        // Why the limit stands where it does: a user who set a pool of
+        // 64 and sees 2 learns that the endpoint queued.
+        if let Some(last) = self.stats.concurrency_limit_decisions.last() {
+            let _ = writeln!(
+                s,
+                "           last limit decision at {:.1} s: {} → {}, {}",
+                last.at, last.from, last.to, last.why
+            );
+        }
+        if let Some(learned) = &self.stats.learned_start {
+            let _ = writeln!(
+                s,
+                "           concurrency limit started at {}, from the {} run {} learned \
+                 against the same endpoint",
+                learned.start, learned.learned, learned.run_id
+            );
+        }
+        s
+    }
 }
 
 impl RunReport {
@@ -258,88 +378,7 @@ impl RunReport {
         );
         self.write_counted(&mut s);
         for e in &self.endpoints {
-            if let Some(b) = &e.batches {
-                let _ = write!(
-                    s,
-                    "  endpoint {}: batch mode: {} batches, {} requests submitted, {} answered, \
-                     {} failed, {} sent again; waited {:.1} s",
-                    e.name,
-                    b.batches,
-                    b.requests,
-                    b.answered,
-                    b.failed,
-                    b.resubmitted,
-                    b.waited.as_secs_f64()
-                );
-                if e.priced {
-                    let _ = write!(s, "; {} saved over online prices", usd(b.saved_usd));
-                }
-                let _ = writeln!(s);
-                if e.stats.requests == 0 {
-                    continue;
-                }
-            }
-            let ms = |v: Option<u32>| v.map_or("-".to_string(), |v| format!("{v} ms"));
-            // A stop that cuts calls ends them neither answered nor failed.
-            let cut = e
-                .stats
-                .requests
-                .saturating_sub(e.stats.successes + e.stats.failures);
-            let cut = match self.stopped {
-                Some(_) if cut > 0 => format!(", {cut} cut by the stop"),
-                _ => String::new(),
-            };
-            let _ = writeln!(
-                s,
-                "  endpoint {}: {} requests, {} ok, {} failed{cut}; retries {} capacity, \
-                 {} transient, {} hung; latency p50 {}, p99 {}",
-                e.name,
-                e.stats.requests,
-                e.stats.successes,
-                e.stats.failures,
-                e.stats.capacity_retries,
-                e.stats.transient_retries,
-                e.stats.hung_retries,
-                ms(e.stats.latency_p50_ms),
-                ms(e.stats.latency_p99_ms)
-            );
-            // Rows held behind an open breaker count as throttled: say how
-            // much of the run it was open, so an outage does not read as
-            // rate limiting.
-            let breaker = match e.stats.breaker_open_seconds {
-                open if open >= 0.05 => {
-                    format!("open {open:.1} s in all, {} at the end", e.stats.breaker)
-                }
-                _ => e.stats.breaker.to_string(),
-            };
-            let _ = writeln!(
-                s,
-                "           concurrency limit {} (peak {}) of pool {}, peak {} in flight; \
-                 {} capacity errors; throttled {:.1} s; breaker {breaker}",
-                e.stats.concurrency_limit,
-                e.stats.peak_concurrency_limit,
-                e.pool_size,
-                e.stats.peak_in_flight,
-                e.stats.capacity_errors,
-                e.stats.throttled_seconds,
-            );
-            // Why the limit stands where it does: a user who set a pool of
-            // 64 and sees 2 learns that the endpoint queued.
-            if let Some(last) = e.stats.concurrency_limit_decisions.last() {
-                let _ = writeln!(
-                    s,
-                    "           last limit decision at {:.1} s: {} → {}, {}",
-                    last.at, last.from, last.to, last.why
-                );
-            }
-            if let Some(learned) = &e.stats.learned_start {
-                let _ = writeln!(
-                    s,
-                    "           concurrency limit started at {}, from the {} run {} learned \
-                     against the same endpoint",
-                    learned.start, learned.learned, learned.run_id
-                );
-            }
+            s.push_str(&e.lines(self.stopped.is_some()));
         }
         self.write_money(&mut s);
         for (code, g) in &self.failures {

@@ -157,6 +157,22 @@ impl History {
         ids.into_iter().map(|id| self.run(id)).collect()
     }
 
+    /// What the segment that ended the run kept of its summary, as JSON:
+    /// its endpoints' figures, or why it failed to start.
+    pub fn summary_json(&self, run_id: i64) -> Result<String> {
+        self.conn
+            .query_row(
+                "SELECT summary_json FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| AuditError::NoRun {
+                run_id,
+                path: self.path.clone(),
+            })
+    }
+
     pub fn run(&self, run_id: i64) -> Result<RunInfo> {
         let found = self
             .conn

@@ -105,7 +105,8 @@ struct Queue {
 }
 
 /// What the summary tells of an endpoint's batches.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct BatchStats {
     pub batches: u64,
     pub requests: u64,

@@ -8,14 +8,14 @@
 use super::Endpoint;
 use crate::context::causes;
 use crate::services::audit::{LearnedLimitRecord, Record, now_ms};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 /// How often a run records what its limit has learned so far.
 const RECORD_EVERY_MS: i64 = 5_000;
 
 /// Where a run's limit started, when an earlier run had learned one.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LearnedStart {
     pub run_id: i64,
     pub learned: u32,

@@ -6,7 +6,7 @@ use super::retry::RetryCause;
 use super::window::Tokens;
 use crate::services::running_mean::RunningMean;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -68,7 +68,8 @@ impl Default for Latencies {
 }
 
 /// What the endpoint's calls cost, and what its cache saved.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Money {
     /// USD, by the endpoint's `price`; 0 without one.
     pub cost_usd: f64,
@@ -85,7 +86,7 @@ pub struct Money {
 }
 
 /// A decision of the adaptive limit, as the summary stores it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LimitDecision {
     /// Seconds since the endpoint was set up.
     pub at: f64,
@@ -94,7 +95,10 @@ pub struct LimitDecision {
     pub why: String,
 }
 
-#[derive(Debug, Clone, Serialize, Default)]
+/// Read back from `runs.summary_json` by `weir runs RUN`: fields a run
+/// recorded before they existed read as their default.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct StatsSnapshot {
     pub requests: u64,
     pub attempts: u64,
@@ -122,7 +126,7 @@ pub struct StatsSnapshot {
     /// Wall time during which requests waited for the breaker, rate limits
     /// or a slot (not a sum over requests).
     pub throttled_seconds: f64,
-    pub breaker: &'static str,
+    pub breaker: String,
     /// Wall time during which the breaker was open or half-open.
     pub breaker_open_seconds: f64,
     pub latency_p50_ms: Option<u32>,
@@ -264,7 +268,7 @@ impl Stats {
                 .collect(),
             learned_start: None,
             throttled_seconds: throttled.as_secs_f64(),
-            breaker: breaker.name(),
+            breaker: breaker.name().to_string(),
             breaker_open_seconds: breaker_open.as_secs_f64(),
             latency_p50_ms,
             latency_p99_ms,
