@@ -302,6 +302,13 @@ async fn a_queueing_server_is_kept_to_a_short_queue() {
         told.contains(&format!("limit decisions, all {}:", decisions.len())),
         "{told}"
     );
+    let json = weir(
+        &["runs", "1", "--json", "--audit", audit.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["endpoints"][0], endpoint_summary(&db, 1));
 }
 
 /// A continuous-batching server (vLLM, TGI, SGLang) serving up to 128 at

@@ -108,6 +108,11 @@ enum Command {
         /// With RUN, list every decision of the limit, not only the last.
         #[arg(long, requires = "run")]
         full: bool,
+        /// With RUN, print what the run stored of its summary as JSON, for
+        /// scripts: each endpoint's counters, the limit's changes and
+        /// decisions.
+        #[arg(long, requires = "run", conflicts_with = "full")]
+        json: bool,
         #[command(flatten)]
         database: Database,
     },
@@ -525,11 +530,17 @@ async fn execute(command: Command) -> Result<ExitCode> {
         Command::Runs {
             run,
             full,
+            json: as_json,
             database,
         } => {
             let history = History::open(&database.fetched().await?)?;
             match run {
                 None => show(&story::runs(&history.runs()?)),
+                Some(run) if as_json => {
+                    let json: serde_json::Value = serde_json::from_str(&history.summary_json(run)?)
+                        .with_context(|| format!("run {run}: its stored summary is not JSON"))?;
+                    show(&format!("{json:#}\n"));
+                }
                 Some(run) => {
                     let json = history.summary_json(run)?;
                     let summary = engine::StoredSummary::parse(&json).with_context(|| {
