@@ -1801,13 +1801,11 @@ async fn queueing_servers_of_every_size_and_speed_get_a_short_queue() {
 
 /// Short runs, 75 answers' time (300 rows against 4 slots of 100 ms),
 /// where slow start's overshoot and the first no-load estimate weigh most.
-/// Two gaps stand: against 4 slots answering alike, a window that closed at
-/// 0.4 s cut a limit of 30 only to 27, and the next window to judge it
-/// closed at 2.3 s (a mean queue of 8.6); against 4 slots whose answers
-/// vary, the quickest of the first four answers (52 ms, against a mean of
-/// 100) made every answer look queued once cuts had brought the limit to
-/// 2.7, whose windows of two answers each are too few to judge, and the
-/// limit neither grew nor was judged for five seconds (56 % of capacity).
+/// Against 4 slots answering alike, a window that closed at 0.4 s cut a
+/// limit of 30 only to 27, and the next window to judge it closed at 2.3 s
+/// (a mean queue of 8.6): a gap that stands. Against 4 slots whose answers
+/// vary, a limit of 2.7 neither grew nor was judged for five seconds (56 %
+/// of capacity) before `Controller::drain_if_stuck`; 79 % with it.
 #[tokio::test(start_paused = true)]
 async fn short_runs_against_queueing_servers_get_a_short_queue() {
     for slots in [2usize, 4, 8, 16] {
@@ -1842,7 +1840,7 @@ async fn short_runs_against_queueing_servers_get_a_short_queue() {
         );
         // Slow start from 4 takes a few round trips of the 75.
         assert!(mean(&goodputs) >= 0.85, "{slots} slots: {goodputs:?}");
-        assert!(least >= 0.5, "{slots} slots: {goodputs:?}");
+        assert!(least >= 0.7, "{slots} slots: {goodputs:?}");
         assert!(
             mean(&queues) <= slots as f64 + 3.0,
             "{slots} slots: mean queues {queues:?}"

@@ -6,6 +6,12 @@ use super::*;
 /// The share of the limit a drain holds.
 const DRAIN_SHARE: f64 = 0.5;
 
+/// Windows in a row too few to judge a queue by, after which a limit held
+/// by a queue whose requests were never sent alone is drained (four: a
+/// server serving one at a time, its queue of one drained again and again,
+/// held a queue of 1.3 over five minutes in one draw).
+const UNJUDGED_WINDOWS_DRAINED: u32 = 8;
+
 /// The limit held at `DRAIN_SHARE` of itself (or `DRAIN_AGAIN_SHARE`)
 /// until the answers to a limit's worth of requests sent since are back,
 /// as BBR's ProbeRTT holds its window down now and then. A window lowers
@@ -51,6 +57,27 @@ impl Controller {
         // so, started slow start over from 152 slots against 32.
         self.queue_cut = None;
         self.changed(now);
+    }
+
+    /// Makes a drain due now when the limit is stuck: held by a queue at one
+    /// or two slots, its windows hold one or two answers each, too few to
+    /// judge a queue by (`unjudged`), and where the no-load estimate is the
+    /// quickest of the first few answers of a server whose answers vary,
+    /// every answer looks queued, so the limit does not grow either.
+    /// Against a server serving 4 at once, answers from 50 to 150 ms and an
+    /// estimate of 52 ms, a limit of 2.7 stood for five seconds of a run of
+    /// 7.5 (56 % of capacity) until a window of three cut it to one. The
+    /// drain sends requests alone, whose round trip is the no-load one
+    /// (`learn_from_alone`); once some were, nothing here drains again.
+    pub(super) fn drain_if_stuck(&mut self, unjudged: bool, now: Instant) {
+        let never_alone = self.by_band[0].ok < MIN_JUDGED_COLLAPSED;
+        self.unjudged_windows = match never_alone && self.queue_bound && unjudged {
+            true => self.unjudged_windows + 1,
+            false => 0,
+        };
+        if self.unjudged_windows >= UNJUDGED_WINDOWS_DRAINED {
+            self.next_drain = self.next_drain.map(|at| at.min(now));
+        }
     }
 
     /// Once a limit's worth of requests sent during the drain are

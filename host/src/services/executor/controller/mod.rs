@@ -120,6 +120,8 @@ const MIN_JUDGED: u32 = 8;
 /// judged by the answers a window brings (see `Cut::cost_answers`), which a
 /// few say as well as many.
 const MIN_JUDGED_COLLAPSED: u32 = 4;
+/// The fewest answers a window judges a queue by.
+const MIN_QUEUE_JUDGED: u32 = 3;
 /// In slow start, refusals up to this share of the limit (and two standard
 /// deviations over it) do not end it: a shared endpoint refuses a few in a
 /// hundred whatever the load, and one such refusal at a limit of 12 left a
@@ -318,6 +320,10 @@ pub struct Controller {
     /// How low the last window judged put the no-load round trip, where
     /// surely below the estimate (see `quicker_in_a_row`).
     quicker_window: Option<f64>,
+    /// Windows in a row of a limit held by a queue, none of whose requests
+    /// was ever sent alone, each with too few answers to judge a queue by
+    /// (see `drain_if_stuck`).
+    unjudged_windows: u32,
     peak: f64,
     changes: Vec<(Duration, u32)>,
     /// The decision under way and the limit before it, until `note_change`
@@ -385,6 +391,7 @@ impl Controller {
             band_answered: [None; BANDS],
             none_refused_at_closes: [false; 2],
             quicker_window: None,
+            unjudged_windows: 0,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],
             why: None,
@@ -743,6 +750,7 @@ impl Controller {
         {
             self.changed(now);
         }
+        self.drain_if_stuck(sending_went_on && tally.ok < MIN_QUEUE_JUDGED, now);
         self.drain_if_due(now);
         // The usual share rises only on proof (an undone cut), since load
         // makes refusals too; it falls with every quieter stretch of at

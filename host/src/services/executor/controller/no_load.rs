@@ -4,9 +4,6 @@
 
 use super::*;
 
-/// The fewest answers a window judges a queue by.
-const MIN_QUEUE_JUDGED: u32 = 3;
-
 /// A band holding this many answers halves them, so that it follows the
 /// endpoint as it changes.
 const BAND_MEMORY: u32 = 256;
