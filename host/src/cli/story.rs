@@ -106,7 +106,8 @@ pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
     if let Some(shards) = summary.merged_shards {
         let _ = writeln!(
             s,
-            "  merged   from {shards} shards: each shard's endpoint figures stay with its own run"
+            "  merged   from {shards} shards: each shard's endpoint figures stay in its own audit \
+             database (`weir runs RUN --audit` on it)"
         );
     }
     if summary.endpoints.is_empty() {
