@@ -536,8 +536,7 @@ async fn chat(
     body: String,
 ) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
-    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+    let (_in_flight, now) = InFlight::count(shared.clone());
     let response = answer(
         &shared,
         sequence,
@@ -549,8 +548,27 @@ async fn chat(
         Online,
     )
     .await;
-    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
+}
+
+/// A request counted in flight until it is answered, or until its client
+/// goes away and the server drops it unanswered: a client killed with
+/// requests out must not leave them holding the capacity for good.
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    /// Counts one more in flight: the guard, and how many are now.
+    fn count(shared: Arc<Shared>) -> (Self, usize) {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        (Self(shared), now)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Answers a request given in the chat shape; `wire` is the body as it
@@ -563,8 +581,7 @@ async fn answer_as_chat(
     wire: &Value,
 ) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
-    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    shared.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+    let (_in_flight, now) = InFlight::count(shared.clone());
     let response = answer(
         shared,
         sequence,
@@ -576,7 +593,6 @@ async fn answer_as_chat(
         Online,
     )
     .await;
-    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
 }
 
