@@ -823,3 +823,75 @@ async fn a_same_size_edit_that_kept_the_modification_time_is_noticed_by_the_cont
         .expect("the last row is written");
     assert_eq!(row["answer"], format!("echo: Q{last}: TEXT {last}"));
 }
+
+/// A resume starts from the limit its killed process learned, as a new
+/// run does from an earlier run's, rather than slow-starting again from 4
+/// against a server it had already measured.
+#[tokio::test]
+async fn a_resume_starts_from_the_limit_its_killed_process_learned() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(100),
+        capacity: Some(24),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(2400));
+    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 128", "", ECHO_OPTIONS);
+    let pipeline = ws.write("p.yaml", &yaml);
+    let db = ws.path("weir-audit.sqlite");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["run", pipeline.to_str().unwrap(), "--no-progress"])
+        .env("OPENAI_API_KEY", KEY)
+        .env("OPENAI_BASE_URL", server.base_url())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let learned = || -> Option<u32> {
+        Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT concurrency_limit FROM learned_limits WHERE run_id = 1",
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .ok()
+    };
+    // A run records what its limit learned every 5 s.
+    for _ in 0..3000 {
+        if learned().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let limit = learned().expect("the killed process recorded no learned limit");
+    assert!(limit > 8, "the killed process learned {limit}");
+    let resumed = weir(
+        &[
+            "run",
+            pipeline.to_str().unwrap(),
+            "--resume",
+            "--no-progress",
+        ],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    let summary = stderr(&resumed);
+    assert_eq!(resumed.status.code(), Some(0), "{summary}");
+    let start = limit * 3 / 4;
+    assert!(
+        summary.contains(&format!(
+            "concurrency limit started at {start}, from the {limit} run 1 learned against the \
+             same endpoint"
+        )),
+        "{summary}"
+    );
+}

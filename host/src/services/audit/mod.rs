@@ -286,8 +286,11 @@ impl AuditLog {
         Ok(totals)
     }
 
-    /// The newest limit a run other than this one learned for the endpoint
-    /// known by `url` and `model`: (run, what it learned).
+    /// The newest limit a run learned for the endpoint known by `url` and
+    /// `model`: (run, what it learned). This run's own earlier segments
+    /// count: a resume starts where the process it carries on left the
+    /// limit, rather than slow-starting again against the server it had
+    /// already measured.
     pub fn learned_limit(
         &self,
         url: &str,
@@ -297,9 +300,9 @@ impl AuditLog {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         let found = conn.query_row(
             "SELECT run_id, endpoint, concurrency_limit, floor, no_load_rtt_ms, recorded_at_ms
-             FROM learned_limits WHERE url = ?1 AND model = ?2 AND run_id != ?3
+             FROM learned_limits WHERE url = ?1 AND model = ?2
              ORDER BY recorded_at_ms DESC LIMIT 1",
-            rusqlite::params![url, model, self.scope.run],
+            rusqlite::params![url, model],
             |r| {
                 Ok((
                     r.get(0)?,
