@@ -343,6 +343,35 @@ async fn a_batching_server_is_not_held_near_half_its_batch() {
     assert!(queue <= 96.0, "a mean queue of {queue:.1}; {summary}");
 }
 
+/// `Retry-After: 0` on every refusal says nothing of when there is room:
+/// taken as the wait, each row was sent again ten times a second (300 rows
+/// against a server refusing everything: 3,900 requests a second at a limit
+/// of one). Backed off from as from an unsaid wait, each row is sent again
+/// after 0.1, 0.2, 0.4 s and so on.
+#[tokio::test]
+async fn a_retry_after_of_zero_is_backed_off_from() {
+    let server = TestLlmServer::start(Script {
+        capacity: Some(0),
+        retry_after_seconds: Some(0.0),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, rows, code, summary) = run(
+        &server,
+        20,
+        "pool_size: 8\nmax_capacity_retry_seconds: 3",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(rows.is_empty(), "{summary}");
+    assert!(summary.contains("retry_timeout: 20 rows"), "{summary}");
+    // About seven attempts a row within the 3 s; forty at 0.075 s apart.
+    let sent = server.served().len();
+    assert!(sent <= 20 * 12, "{sent} requests for 20 rows; {summary}");
+}
+
 #[tokio::test]
 async fn retry_after_is_honoured() {
     let server = TestLlmServer::start(Script {

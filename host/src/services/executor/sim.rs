@@ -169,7 +169,7 @@ impl Sim {
     fn retry_wait(&self, signal: Signal, retries: u32) -> Duration {
         let base = Duration::from_millis(75);
         match self.retry_after {
-            Some(asked) if signal == Signal::Overload => asked.max(base),
+            Some(asked) if signal == Signal::Overload && asked >= base => asked,
             _ => base * (1 << retries.min(7)),
         }
     }
