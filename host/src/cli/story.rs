@@ -2,6 +2,7 @@
 
 use crate::engine::StoredSummary;
 use crate::services::audit::{CallStory, RowStory, RunInfo, StateStory, utc};
+use crate::terminal::escape;
 use std::fmt::Write;
 
 /// Bodies longer than this are cut in `weir explain` unless `--full`.
@@ -97,8 +98,13 @@ pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
         .cost_usd
         .map_or(String::new(), |usd| format!("; cost ${usd:.4}"));
     let _ = writeln!(s, "  calls    {} recorded{cost}", run.calls);
+    // An error may quote a component or a file: each of its lines escaped,
+    // it cannot forge one of weir's or move the terminal's cursor.
     if let Some(error) = &summary.error {
-        let _ = writeln!(s, "  error    {error}");
+        for (i, line) in error.lines().enumerate() {
+            let head = if i == 0 { "  error    " } else { "           " };
+            let _ = writeln!(s, "{head}{}", escape(line));
+        }
     }
     if let Some(reason) = &summary.stopped {
         let _ = writeln!(s, "  stopped  {reason}");
@@ -404,9 +410,13 @@ mod tests {
 
     #[test]
     fn runs_without_endpoint_figures_say_why() {
-        let failed = StoredSummary::parse(r#"{"error":"component not found"}"#).unwrap();
+        let failed =
+            StoredSummary::parse(r#"{"error":"component not found\nin \u001b[2J"}"#).unwrap();
         let told = run(&finished_run(1), &failed, false);
-        assert!(told.contains("  error    component not found"), "{told}");
+        assert!(
+            told.contains("  error    component not found\n           in \\u{1b}[2J\n"),
+            "{told}"
+        );
         assert!(!told.contains("figures"), "{told}");
         let mut going = finished_run(1);
         going.status = "running".into();

@@ -537,7 +537,7 @@ async fn chat(
 ) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let (_in_flight, now) = InFlight::count(shared.clone());
-    let response = answer(
+    answer(
         &shared,
         sequence,
         now,
@@ -547,8 +547,7 @@ async fn chat(
         None,
         Online,
     )
-    .await;
-    response
+    .await
 }
 
 /// A request counted in flight until it is answered, or until its client
@@ -582,7 +581,7 @@ async fn answer_as_chat(
 ) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let (_in_flight, now) = InFlight::count(shared.clone());
-    let response = answer(
+    answer(
         shared,
         sequence,
         now,
@@ -592,8 +591,7 @@ async fn answer_as_chat(
         Some(wire),
         Online,
     )
-    .await;
-    response
+    .await
 }
 
 /// Whether a request came on its own or as a line of a batch.

@@ -112,8 +112,7 @@ impl RetryPolicy {
             // the load, and growing each row's wait beyond what the server
             // asked kept a row refused six times in one burst away for 3 to
             // 6 s after the endpoint had room again. It is capped at the budget
-            // (a wait beyond it is not waited, and the request gives up), and
-            // is never shorter than a first back-off.
+            // (a wait beyond it is not waited, and the request gives up).
             //
             // A wait shorter than a first back-off (`Retry-After: 0`) says
             // nothing of when there is room, and is backed off from as if
@@ -122,9 +121,7 @@ impl RetryPolicy {
             // second, 3,900 requests a second for 300 rows at a limit of one.
             Verdict::Capacity {
                 retry_after: Some(asked),
-            } if asked >= CAPACITY_BACKOFF.0 => asked
-                .min(self.budget)
-                .max(backoff(0, CAPACITY_BACKOFF.0, CAPACITY_BACKOFF.1)),
+            } if asked >= CAPACITY_BACKOFF.0 => asked.min(self.budget),
             Verdict::Capacity { .. } => backoff(
                 self.capacity_retries,
                 CAPACITY_BACKOFF.0,

@@ -7,9 +7,9 @@ use super::*;
 const DRAIN_SHARE: f64 = 0.5;
 
 /// Windows in a row too few to judge a queue by, after which a limit held
-/// by a queue whose requests were never sent alone is drained (four: a
-/// server serving one at a time, its queue of one drained again and again,
-/// held a queue of 1.3 over five minutes in one draw).
+/// by a queue whose requests were never sent alone is drained. After four,
+/// one five-minute draw against a server serving one at a time held a
+/// queue of 1.31 (`sim.rs`).
 const UNJUDGED_WINDOWS_DRAINED: u32 = 8;
 
 /// The limit held at `DRAIN_SHARE` of itself (or `DRAIN_AGAIN_SHARE`)
