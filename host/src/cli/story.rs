@@ -84,9 +84,15 @@ pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
         .iter()
         .map(|(o, n)| format!("{n} {}", o.replace('_', " ")))
         .collect();
+    // A stopped run read rows it never finished; they keep no outcome.
+    let ended: u64 = run.outcomes.values().sum();
+    let unfinished = match run.rows.saturating_sub(ended) {
+        0 => String::new(),
+        n => format!("; {n} read but not finished"),
+    };
     let _ = writeln!(
         s,
-        "  rows     {}: {}",
+        "  rows     {}: {}{unfinished}",
         run.rows,
         if outcomes.is_empty() {
             "none ended yet".to_string()
@@ -421,8 +427,13 @@ mod tests {
         let mut going = finished_run(1);
         going.status = "running".into();
         going.finished_at_ms = None;
+        going.rows = 14;
         let told = run(&going, &StoredSummary::parse("[]").unwrap(), false);
         assert!(told.contains("  figures  none: the run ended without keeping them"));
+        assert!(
+            told.contains("  rows     14: 10 completed; 4 read but not finished"),
+            "{told}"
+        );
         going.in_progress = true;
         let told = run(&going, &StoredSummary::parse("[]").unwrap(), false);
         assert!(
