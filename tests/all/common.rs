@@ -122,6 +122,20 @@ pub async fn run_with_key(pipeline: &Path, base_url: &str) -> Output {
     .await
 }
 
+/// `weir run PIPELINE --resume --no-progress`, as `run_with_key`.
+pub async fn resume_with_key(pipeline: &Path, base_url: &str) -> Output {
+    weir(
+        &[
+            "run",
+            pipeline.to_str().unwrap(),
+            "--resume",
+            "--no-progress",
+        ],
+        &[("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", base_url)],
+    )
+    .await
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

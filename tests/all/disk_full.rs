@@ -137,19 +137,7 @@ async fn fill_then_resume(full: Full, free: u64) -> Option<String> {
     );
 
     std::fs::remove_file(filler).unwrap();
-    let resume = weir(
-        &[
-            "run",
-            pipeline.to_str().unwrap(),
-            "--resume",
-            "--no-progress",
-        ],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let resume = resume_with_key(&pipeline, &server.base_url()).await;
     // 2: finished, with the refused rows quarantined.
     assert_eq!(resume.status.code(), Some(2), "{}", stderr(&resume));
     let in_dir = |name: &str, on: bool| {

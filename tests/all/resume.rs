@@ -346,6 +346,18 @@ async fn kill_midway(pipeline: &std::path::Path, db: &std::path::Path, base_url:
 /// `weir ARGS`, started in `dir`, killed once some rows have their outcome
 /// in `db`.
 async fn kill_midway_in(dir: &Path, args: &[&str], db: &Path, base_url: &str) {
+    let done = || -> i64 {
+        Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| c.query_row("SELECT count(*) FROM row_outcomes", [], |r| r.get(0)))
+            .unwrap_or(0)
+    };
+    kill_once_in(dir, args, base_url, || done() > 0).await;
+    assert!(done() > 0, "no row finished");
+}
+
+/// `weir ARGS`, started in `dir`, killed once `reached` holds, or after
+/// 30 s: long enough for a cold component cache on a loaded machine.
+async fn kill_once_in(dir: &Path, args: &[&str], base_url: &str, reached: impl Fn() -> bool) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(args)
         .current_dir(dir)
@@ -359,22 +371,14 @@ async fn kill_midway_in(dir: &Path, args: &[&str], db: &Path, base_url: &str) {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let done = || -> i64 {
-        Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .and_then(|c| c.query_row("SELECT count(*) FROM row_outcomes", [], |r| r.get(0)))
-            .unwrap_or(0)
-    };
-    // Long enough for a cold component cache on a loaded machine; the wait
-    // ends with the first outcome.
     for _ in 0..3000 {
-        if done() > 0 {
+        if reached() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    assert!(done() > 0, "no row finished");
 }
 
 #[tokio::test]
@@ -841,14 +845,6 @@ async fn a_resume_starts_from_the_limit_its_killed_process_learned() {
     let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 128", "", ECHO_OPTIONS);
     let pipeline = ws.write("p.yaml", &yaml);
     let db = ws.path("weir-audit.sqlite");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["run", pipeline.to_str().unwrap(), "--no-progress"])
-        .env("OPENAI_API_KEY", KEY)
-        .env("OPENAI_BASE_URL", server.base_url())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
     let learned = || -> Option<u32> {
         Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .and_then(|c| {
@@ -861,29 +857,12 @@ async fn a_resume_starts_from_the_limit_its_killed_process_learned() {
             .ok()
     };
     // A run records what its limit learned every 5 s.
-    for _ in 0..3000 {
-        if learned().is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
+    let args = ["run", pipeline.to_str().unwrap(), "--no-progress"];
+    let here = std::env::current_dir().unwrap();
+    kill_once_in(&here, &args, &server.base_url(), || learned().is_some()).await;
     let limit = learned().expect("the killed process recorded no learned limit");
     assert!(limit > 8, "the killed process learned {limit}");
-    let resumed = weir(
-        &[
-            "run",
-            pipeline.to_str().unwrap(),
-            "--resume",
-            "--no-progress",
-        ],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let resumed = resume_with_key(&pipeline, &server.base_url()).await;
     let summary = stderr(&resumed);
     assert_eq!(resumed.status.code(), Some(0), "{summary}");
     let start = limit * 3 / 4;

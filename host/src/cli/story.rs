@@ -1,7 +1,7 @@
 //! How `weir runs` and `weir explain` print what the audit database holds.
 
 use crate::engine::StoredSummary;
-use crate::services::audit::{CallStory, RowStory, RunInfo, StateStory, utc};
+use crate::services::audit::{CallStory, RowStory, RunInfo, RunStatus, StateStory, utc};
 use crate::terminal::escape;
 use std::fmt::Write;
 
@@ -66,15 +66,7 @@ pub fn runs(runs: &[RunInfo]) -> String {
 /// its last segment printed, with the limit's decisions listed.
 pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "run {} · {} · {} segment{} · {}",
-        run.run_id,
-        run.state(),
-        run.segments,
-        if run.segments == 1 { "" } else { "s" },
-        run.pipeline_path
-    );
+    run_line(&mut s, run);
     let took = run.finished_at_ms.map_or(String::new(), |f| {
         format!(", took {}", seconds(f - run.started_at_ms))
     });
@@ -125,7 +117,9 @@ pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
     if summary.endpoints.is_empty() {
         if summary.error.is_none() && summary.merged_shards.is_none() {
             let why = match run.state() {
-                "running" => "the run is still going; its figures are kept when it ends",
+                state if state == RunStatus::Running.as_str() => {
+                    "the run is still going; its figures are kept when it ends"
+                }
                 _ => "the run ended without keeping them (its process was killed)",
             };
             let _ = writeln!(s, "  figures  none: {why}");
@@ -167,9 +161,8 @@ pub fn run(run: &RunInfo, summary: &StoredSummary, full: bool) -> String {
     s
 }
 
-pub fn row(story: &RowStory, full: bool) -> String {
-    let mut s = String::new();
-    let run = &story.run;
+/// The line that names a run: its id, state, segments and pipeline.
+fn run_line(s: &mut String, run: &RunInfo) {
     let _ = writeln!(
         s,
         "run {} · {} · {} segment{} · {}",
@@ -179,6 +172,11 @@ pub fn row(story: &RowStory, full: bool) -> String {
         if run.segments == 1 { "" } else { "s" },
         run.pipeline_path
     );
+}
+
+pub fn row(story: &RowStory, full: bool) -> String {
+    let mut s = String::new();
+    run_line(&mut s, &story.run);
     let _ = writeln!(
         s,
         "row {} · source line {} · sha256 {}",

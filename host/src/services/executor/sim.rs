@@ -1333,6 +1333,20 @@ fn largest(values: &[f64]) -> f64 {
     values.iter().copied().fold(0.0, f64::max)
 }
 
+/// The least of `values`, infinity for none.
+fn least(values: &[f64]) -> f64 {
+    values.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// `values` to one decimal, comma-separated.
+fn listed(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The `n`th request's answer time of a log-normal long tail of mean
 /// `mean`, as `draw` deals them out.
 fn long_tail(mean: Duration, sigma: f64, draw: u64, n: u64) -> Duration {
@@ -1757,36 +1771,18 @@ async fn queueing_servers_of_every_size_and_speed_get_a_short_queue() {
     for slots in [1usize, 2, 4, 8, 32, 64] {
         for ms in [200u64, 2000] {
             let service = Duration::from_millis(ms);
-            let capacity = slots as f64 / service.as_secs_f64();
-            let (mut goodputs, mut queues) = (Vec::new(), Vec::new());
-            for seed in 0..6u64 {
-                let sim = Sim::new(Server::Queueing {
-                    slots,
-                    service,
-                    varied: seed > 0,
-                    seed,
-                    rescaled: None,
-                });
-                let run = service * 150;
-                drive(&sim, 256, 256, run).await;
-                let secs = run.as_secs_f64();
-                goodputs.push(sim.goodput(secs / 10.0, secs) / capacity);
-                queues.push(sim.mean_queue(run));
-            }
-            let least = goodputs.iter().copied().fold(f64::INFINITY, f64::min);
-            let mean_goodput = goodputs.iter().sum::<f64>() / goodputs.len() as f64;
-            let mean_queue = queues.iter().sum::<f64>() / queues.len() as f64;
+            let run = service * 150;
+            let (goodputs, queues) = queueing_draws(slots, service, 256, run, 0.1).await;
+            let least_goodput = least(&goodputs);
+            let mean_goodput = mean(&goodputs);
+            let mean_queue = mean(&queues);
             eprintln!(
                 "queueing at {slots} x {ms} ms: goodput {:.1} % (least {:.1} %), mean queue {mean_queue:.2} ({})",
                 mean_goodput * 100.0,
-                least * 100.0,
-                queues
-                    .iter()
-                    .map(|q| format!("{q:.1}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                least_goodput * 100.0,
+                listed(&queues)
             );
-            assert!(least >= 0.85, "{slots} x {ms} ms: {goodputs:?}");
+            assert!(least_goodput >= 0.85, "{slots} x {ms} ms: {goodputs:?}");
             assert!(mean_goodput >= 0.95, "{slots} x {ms} ms: {goodputs:?}");
             // About what the server serves at once, and a few more where
             // that is a few: growth probes a slot beyond the edge, which at
@@ -1810,42 +1806,53 @@ async fn queueing_servers_of_every_size_and_speed_get_a_short_queue() {
 async fn short_runs_against_queueing_servers_get_a_short_queue() {
     for slots in [2usize, 4, 8, 16] {
         let service = Duration::from_millis(100);
-        let capacity = slots as f64 / service.as_secs_f64();
-        let (mut goodputs, mut queues) = (Vec::new(), Vec::new());
-        for seed in 0..6u64 {
-            let sim = Sim::new(Server::Queueing {
-                slots,
-                service,
-                varied: seed > 0,
-                seed,
-                rescaled: None,
-            });
-            let run = service * 75;
-            drive(&sim, 64, 256, run).await;
-            goodputs.push(sim.goodput(0.0, run.as_secs_f64()) / capacity);
-            queues.push(sim.mean_queue(run));
-        }
-        let least = goodputs.iter().copied().fold(f64::INFINITY, f64::min);
+        let (goodputs, queues) = queueing_draws(slots, service, 64, service * 75, 0.0).await;
+        let least_goodput = least(&goodputs);
         eprintln!(
             "short queueing run at {slots} x 100 ms: goodput {:.1} % (least {:.1} %), mean queue \
              {:.2} ({})",
             mean(&goodputs) * 100.0,
-            least * 100.0,
+            least_goodput * 100.0,
             mean(&queues),
-            queues
-                .iter()
-                .map(|q| format!("{q:.1}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            listed(&queues)
         );
         // Slow start from 4 takes a few round trips of the 75.
         assert!(mean(&goodputs) >= 0.85, "{slots} slots: {goodputs:?}");
-        assert!(least >= 0.7, "{slots} slots: {goodputs:?}");
+        assert!(least_goodput >= 0.7, "{slots} slots: {goodputs:?}");
         assert!(
             mean(&queues) <= slots as f64 + 3.0,
             "{slots} slots: mean queues {queues:?}"
         );
     }
+}
+
+/// Six draws of a server serving `slots` at once in `service` (the first
+/// with answers alike, the others varied), each driven for `run` at a pool
+/// of `pool`: the share of its capacity each served from `from` of the run
+/// on, and its mean queue.
+async fn queueing_draws(
+    slots: usize,
+    service: Duration,
+    pool: usize,
+    run: Duration,
+    from: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let capacity = slots as f64 / service.as_secs_f64();
+    let (mut goodputs, mut queues) = (Vec::new(), Vec::new());
+    for seed in 0..6u64 {
+        let sim = Sim::new(Server::Queueing {
+            slots,
+            service,
+            varied: seed > 0,
+            seed,
+            rescaled: None,
+        });
+        drive(&sim, pool, 256, run).await;
+        let secs = run.as_secs_f64();
+        goodputs.push(sim.goodput(secs * from, secs) / capacity);
+        queues.push(sim.mean_queue(run));
+    }
+    (goodputs, queues)
 }
 
 /// A long run against the queueing server of the figures (8 at once,
