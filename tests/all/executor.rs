@@ -1334,6 +1334,83 @@ async fn a_hang_among_the_first_requests_is_given_up_once_a_timeout_is_learned()
     assert_given_up(&hung);
 }
 
+/// Runs 60 rows twice against `server` at `pool_size: 64`: the audit
+/// database, the second run's summary, and the limit run 1 learned with
+/// whether a queue held it.
+async fn run_twice(server: &TestLlmServer) -> (Workspace, Connection, String, (u32, bool)) {
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(60));
+    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 64", "", ECHO_OPTIONS);
+    let pipeline = ws.write("p.yaml", &yaml);
+    let first = run_with_key(&pipeline, &server.base_url()).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let second = run_with_key(&pipeline, &server.base_url()).await;
+    let summary = stderr(&second);
+    assert_eq!(second.status.code(), Some(0), "{summary}");
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let learned = db
+        .query_row(
+            "SELECT concurrency_limit, held_by_queue FROM learned_limits WHERE run_id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    (ws, db, summary, learned)
+}
+
+/// A local server serving one request at a time: the first run's slow
+/// start overshoots to about 14, and the answers of its first seconds wait
+/// in that queue. The limit a queue held is kept as such, and the next run
+/// starts there, below the initial 4, past slow start.
+#[tokio::test]
+async fn a_second_run_against_a_one_at_a_time_server_starts_at_the_limit_its_queue_held() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(50),
+        serve_at_once: Some(1),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, db, summary, (learned, held_by_queue)) = run_twice(&server).await;
+    assert!(held_by_queue && learned < 4, "run 1 learned {learned}");
+    assert!(
+        summary.contains(&format!(
+            "concurrency limit started at {learned}, from the {learned} run 1 learned"
+        )),
+        "{summary}"
+    );
+    let peak = |run: i64| limit_record(&db, run).iter().map(|c| c.1).max().unwrap();
+    assert!(
+        peak(1) > 8,
+        "the first run's slow start peaked at {}",
+        peak(1)
+    );
+    assert!(peak(2) <= 3, "the second run's limit peaked at {}", peak(2));
+}
+
+/// Refusals that held a limit below the initial one may have been an
+/// outage's: the next run slow-starts from the initial limit, and says why.
+#[tokio::test]
+async fn a_low_limit_refusals_held_is_not_started_from() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(50),
+        capacity: Some(2),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (_ws, db, summary, (learned, held_by_queue)) = run_twice(&server).await;
+    assert!(!held_by_queue && learned < 4, "run 1 learned {learned}");
+    assert!(
+        summary.contains(&format!(
+            "concurrency limit slow-started from 4, not from the {learned} run 1 learned against \
+             the same endpoint: refusals, not a queue, held it there"
+        )),
+        "{summary}"
+    );
+    assert_eq!(limit_record(&db, 2)[0].1, 4);
+}
+
 #[tokio::test]
 async fn a_second_run_starts_from_the_limit_the_first_learned() {
     let server = TestLlmServer::start(Script {

@@ -601,6 +601,7 @@ async fn a_run_an_older_weir_recorded_with_relative_paths_resumes_from_its_direc
          ALTER TABLE calls DROP COLUMN provider_batch;
          DROP TABLE provider_batches;
          DROP TABLE batch_requests;
+         DROP TABLE learned_limits;
          PRAGMA user_version = 4;",
     )
     .unwrap();

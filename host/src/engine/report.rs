@@ -178,13 +178,24 @@ impl EndpointReport {
                 last.at, last.from, last.to, last.why
             );
         }
-        if let Some(learned) = &self.stats.learned_start {
-            let _ = writeln!(
-                s,
-                "           concurrency limit started at {}, from the {} run {} learned \
-                 against the same endpoint",
-                learned.start, learned.learned, learned.run_id
-            );
+        match &self.stats.learned_start {
+            Some(l) if l.learned < l.start && !l.held_by_queue => {
+                let _ = writeln!(
+                    s,
+                    "           concurrency limit slow-started from {}, not from the {} run {} \
+                     learned against the same endpoint: refusals, not a queue, held it there",
+                    l.start, l.learned, l.run_id
+                );
+            }
+            Some(l) => {
+                let _ = writeln!(
+                    s,
+                    "           concurrency limit started at {}, from the {} run {} learned \
+                     against the same endpoint",
+                    l.start, l.learned, l.run_id
+                );
+            }
+            None => {}
         }
         s
     }

@@ -299,7 +299,8 @@ impl AuditLog {
         let conn = Connection::open_with_flags(&self.path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         let found = conn.query_row(
-            "SELECT run_id, endpoint, concurrency_limit, floor, no_load_rtt_ms, recorded_at_ms
+            "SELECT run_id, endpoint, concurrency_limit, floor, no_load_rtt_ms, recorded_at_ms,
+                    held_by_queue
              FROM learned_limits WHERE url = ?1 AND model = ?2
              ORDER BY recorded_at_ms DESC LIMIT 1",
             rusqlite::params![url, model],
@@ -314,6 +315,7 @@ impl AuditLog {
                         floor: r.get(3)?,
                         no_load_rtt_ms: r.get(4)?,
                         at_ms: r.get(5)?,
+                        held_by_queue: r.get(6)?,
                     },
                 ))
             },
@@ -395,7 +397,7 @@ pub fn open_database(path: &Path) -> Result<Connection> {
 
 /// Bumped whenever `schema.sql` changes shape; `MIGRATIONS` takes a database
 /// of an earlier version to it.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The oldest schema a run can upgrade (`MIGRATIONS` starts there).
 pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
@@ -472,8 +474,20 @@ const MIGRATIONS: &[(i64, &str)] = &[
             ";"
         ),
     ),
-    // `learned_limits` is new; schema.sql creates it.
-    (7, ""),
+    // `learned_limits` is new, created here in the shape version 8 gave it
+    // so that the step after can add to it.
+    (
+        7,
+        "CREATE TABLE learned_limits (
+             url TEXT NOT NULL, model TEXT NOT NULL, run_id INTEGER NOT NULL,
+             endpoint TEXT NOT NULL, concurrency_limit INTEGER NOT NULL,
+             floor INTEGER NOT NULL, no_load_rtt_ms INTEGER,
+             recorded_at_ms INTEGER NOT NULL, PRIMARY KEY (url, model, run_id));",
+    ),
+    (
+        8,
+        "ALTER TABLE learned_limits ADD COLUMN held_by_queue INTEGER NOT NULL DEFAULT 0;",
+    ),
 ];
 
 /// Brings a database made by an earlier weir up to this schema, one version
@@ -594,6 +608,7 @@ mod tests {
              ALTER TABLE calls DROP COLUMN provider_batch;
              DROP TABLE provider_batches;
              DROP TABLE batch_requests;
+             DROP TABLE learned_limits;
              PRAGMA user_version = 4;",
         )
         .unwrap();
@@ -809,6 +824,7 @@ mod tests {
              UPDATE node_state_attributes SET {};
              UPDATE calls SET {}, {};
              DROP TABLE row_payloads;
+             DROP TABLE learned_limits;
              INSERT INTO payloads VALUES
                  (1, '{}', '{ROW}'), (1, '{}', '{RESPONSE}');
              PRAGMA user_version = 6;",
@@ -853,6 +869,26 @@ mod tests {
             (version, kinds.as_str()),
             (SCHEMA_VERSION, "blobblobblobblob")
         );
+    }
+
+    #[test]
+    fn a_limit_learned_by_a_version_8_weir_is_read_as_one_refusals_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite");
+        killed_run(&path);
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE learned_limits DROP COLUMN held_by_queue;
+             INSERT INTO learned_limits VALUES ('openai u', 'm', 1, 'llm', 2, 1, 100, 5);
+             PRAGMA user_version = 8;",
+        )
+        .unwrap();
+        drop(conn);
+        let (log, _) = AuditLog::resume(&path, None, "/p.yaml", true).unwrap();
+        let (run, learned) = log.learned_limit("openai u", "m").unwrap().unwrap();
+        assert_eq!((run, learned.concurrency_limit), (1, 2));
+        // An older weir did not say: slow start, as it would have.
+        assert!(!learned.held_by_queue);
     }
 
     fn end() -> RunEnd {

@@ -186,6 +186,9 @@ pub struct LearnedLimitRecord {
     pub floor: u32,
     pub no_load_rtt_ms: Option<u32>,
     pub at_ms: i64,
+    /// A queue at the endpoint held the limit, not refusals: the limit is
+    /// what it serves at once, however few (see `Controller::start_from`).
+    pub held_by_queue: bool,
 }
 
 pub enum Record {

@@ -229,6 +229,7 @@ CREATE TABLE IF NOT EXISTS learned_limits (
     floor              INTEGER NOT NULL,  -- the limit was not cut below this
     no_load_rtt_ms     INTEGER,           -- round trip with no queue at the endpoint
     recorded_at_ms     INTEGER NOT NULL,
+    held_by_queue      INTEGER NOT NULL DEFAULT 0,  -- 1 when a queue at the endpoint, not refusals, held the limit
     PRIMARY KEY (url, model, run_id)
 );
 

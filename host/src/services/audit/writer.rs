@@ -417,7 +417,7 @@ fn write(tx: &Transaction, scope: Scope, bundler: &mut Bundler, record: Record) 
         }
         Record::LearnedLimit(l) => {
             tx.prepare_cached(
-                "INSERT OR REPLACE INTO learned_limits VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT OR REPLACE INTO learned_limits VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?
             .execute(params![
                 l.url,
@@ -427,7 +427,8 @@ fn write(tx: &Transaction, scope: Scope, bundler: &mut Bundler, record: Record) 
                 l.concurrency_limit,
                 l.floor,
                 l.no_load_rtt_ms,
-                l.at_ms
+                l.at_ms,
+                l.held_by_queue
             ])?;
         }
     }

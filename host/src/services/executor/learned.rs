@@ -20,6 +20,9 @@ pub struct LearnedStart {
     pub run_id: i64,
     pub learned: u32,
     pub start: u32,
+    /// A queue held the learned limit, not refusals.
+    #[serde(default)]
+    pub held_by_queue: bool,
 }
 
 /// What identifies the endpoint across runs, once the run knows its models.
@@ -59,13 +62,16 @@ impl Endpoint {
                 return None;
             }
         };
-        let start = self
-            .limiter
-            .start_from(learned.concurrency_limit, learned.floor);
+        let start = self.limiter.start_from(
+            learned.concurrency_limit,
+            learned.floor,
+            learned.held_by_queue,
+        );
         let started = LearnedStart {
             run_id,
             learned: learned.concurrency_limit,
             start,
+            held_by_queue: learned.held_by_queue,
         };
         let _ = self.carry.started.set(started.clone());
         Some(started)
@@ -106,6 +112,7 @@ impl Endpoint {
             floor: snapshot.floor,
             no_load_rtt_ms: u32::try_from(rtt.as_millis()).ok(),
             at_ms: now_ms(),
+            held_by_queue: snapshot.held_by_queue,
         }));
     }
 }

@@ -89,6 +89,8 @@ pub struct LimiterSnapshot {
     pub no_load_rtt: Option<Duration>,
     /// See `Controller::has_learned`.
     pub has_learned: bool,
+    /// See `Controller::is_held_by_queue`.
+    pub held_by_queue: bool,
     /// (time since start, limit) at every change of the whole-number limit.
     pub samples: Vec<(Duration, u32)>,
     /// The controller's cuts, undos and drains, with their reasons.
@@ -210,8 +212,10 @@ impl Limiter {
     }
 
     /// See `Controller::start_from`.
-    pub fn start_from(&self, learned: u32, floor: u32) -> u32 {
-        self.lock().controller.start_from(learned, floor)
+    pub fn start_from(&self, learned: u32, floor: u32, held_by_queue: bool) -> u32 {
+        self.lock()
+            .controller
+            .start_from(learned, floor, held_by_queue)
     }
 
     /// A refused request waits `wait` (the server's Retry-After, or the
@@ -311,6 +315,7 @@ impl Limiter {
             floor: s.controller.floor(),
             no_load_rtt: s.controller.no_load_rtt(),
             has_learned: s.controller.has_learned(),
+            held_by_queue: s.controller.is_held_by_queue(),
             samples: s.controller.changes().to_vec(),
             decisions: s.controller.decisions().to_vec(),
         }
@@ -601,7 +606,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_limit_learned_before_starts_at_three_quarters_and_heads_back_to_it() {
         let limiter = Limiter::new(4, 128);
-        assert_eq!(limiter.start_from(32, 12), 24);
+        assert_eq!(limiter.start_from(32, 12, false), 24);
         let mut limits = Vec::new();
         for _ in 0..6 {
             let permits = fill(&limiter).await;
@@ -615,8 +620,30 @@ mod tests {
         assert_eq!(limits, [24, 27, 28, 30, 30, 31]);
         assert!(limiter.snapshot().has_learned);
         // Never below the initial limit, nor beyond the pool.
-        assert_eq!(Limiter::new(4, 128).start_from(4, 1), 4);
-        assert_eq!(Limiter::new(4, 16).start_from(64, 8), 12);
+        assert_eq!(Limiter::new(4, 128).start_from(4, 1, false), 4);
+        assert_eq!(Limiter::new(4, 16).start_from(64, 8, false), 12);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_low_limit_a_queue_held_is_started_from_past_slow_start() {
+        let limiter = Limiter::new(4, 64);
+        assert_eq!(limiter.start_from(2, 1, true), 2);
+        let mut limits = Vec::new();
+        for _ in 0..5 {
+            let permits = fill(&limiter).await;
+            limits.push(permits.len());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for p in permits {
+                p.release(Signal::Success);
+            }
+        }
+        // Probing beyond it, not slow start's tripling from 4.
+        assert_eq!(limits, [2, 2, 2, 3, 4]);
+        // The same limit cut by refusals may be an outage's: slow start
+        // from the initial limit as ever.
+        assert_eq!(Limiter::new(4, 64).start_from(2, 1, false), 4);
+        assert_eq!(Limiter::new(4, 64).start_from(5, 1, true), 4);
+        assert_eq!(Limiter::new(4, 64).start_from(32, 12, true), 24);
     }
 
     #[tokio::test(start_paused = true)]

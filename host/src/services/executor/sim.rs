@@ -588,7 +588,17 @@ fn mix(n: u64) -> u64 {
 /// `workers` rows send requests for `run` of simulated time, retrying
 /// capacity answers after a growing back-off, through one endpoint's slots.
 async fn drive(sim: &Rc<Sim>, pool: usize, workers: usize, run: Duration) -> Rc<Limiter> {
-    let limiter = Rc::new(Limiter::new(4, pool));
+    drive_through(sim, Limiter::new(4, pool), workers, run).await
+}
+
+/// As `drive`, through `limiter` (one started from a learned limit).
+async fn drive_through(
+    sim: &Rc<Sim>,
+    limiter: Limiter,
+    workers: usize,
+    run: Duration,
+) -> Rc<Limiter> {
+    let limiter = Rc::new(limiter);
     let end = sim.started + run;
     let local = tokio::task::LocalSet::new();
     for _ in 0..workers {
@@ -1824,6 +1834,75 @@ async fn short_runs_against_queueing_servers_get_a_short_queue() {
             "{slots} slots: mean queues {queues:?}"
         );
     }
+}
+
+/// A second run against a server serving one, two or four at once, started
+/// from the limit the first learned (`Controller::start_from`). Below the
+/// initial limit of 4 it was ignored, and slow start overshot to 14 against
+/// one slot again, a queue the first seconds of every run waited in.
+#[tokio::test(start_paused = true)]
+async fn a_second_run_against_a_queueing_server_starts_from_its_queue() {
+    let service = Duration::from_millis(100);
+    let run = service * 75;
+    for slots in [1usize, 2, 4] {
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        for seed in 0..6u64 {
+            let server = Server::Queueing {
+                slots,
+                service,
+                varied: seed > 0,
+                seed,
+                rescaled: None,
+            };
+            let sim = Sim::new(server.clone());
+            let learned = drive(&sim, 64, 256, run).await.snapshot();
+            first.push(sim.mean_queue_between(Duration::ZERO, run / 5));
+            let limiter = Limiter::new(4, 64);
+            limiter.start_from(learned.limit, learned.floor, learned.held_by_queue);
+            let sim = Sim::new(server);
+            drive_through(&sim, limiter, 256, run).await;
+            second.push(sim.mean_queue_between(Duration::ZERO, run / 5));
+            let goodput = sim.goodput(0.0, run.as_secs_f64()) / (slots as f64 / 0.1);
+            assert!(goodput >= 0.9, "{slots} slots, draw {seed}: {goodput:.2}");
+        }
+        eprintln!(
+            "second run at {slots} x 100 ms: mean queue over the first 1.5 s {:.2} ({}), the \
+             first run's {:.2} ({})",
+            mean(&second),
+            listed(&second),
+            mean(&first),
+            listed(&first)
+        );
+        assert!(
+            largest(&second) <= slots as f64 + 1.0,
+            "{slots} slots: {second:?}"
+        );
+    }
+}
+
+/// A server that served two at once when a run learned its limit now
+/// serves sixteen (a local server restarted with more slots): the next run
+/// starts at two past slow start, and finds the rest by probing.
+#[tokio::test(start_paused = true)]
+async fn a_queue_learned_low_against_a_server_grown_since_is_outgrown() {
+    let service = Duration::from_millis(100);
+    let sim = Sim::new(Server::Queueing {
+        slots: 16,
+        service,
+        varied: false,
+        seed: 0,
+        rescaled: None,
+    });
+    let limiter = Limiter::new(4, 64);
+    limiter.start_from(2, 1, true);
+    let run = Duration::from_secs(10);
+    drive_through(&sim, limiter, 256, run).await;
+    let reached = sim.recovery(0.0, 160.0, 0.9);
+    let goodput = sim.goodput(0.0, run.as_secs_f64()) / 160.0;
+    eprintln!(
+        "a queue learned at 2, 16 slots now: 90 % after {reached:?} s, {goodput:.2} of capacity over 10 s"
+    );
+    assert!(reached.is_some_and(|s| s <= 2.0), "{reached:?}");
 }
 
 /// Six draws of a server serving `slots` at once in `service` (the first

@@ -404,16 +404,32 @@ impl Controller {
     /// its floor, rather than from the initial limit: at `LEARNED_SHARE` of
     /// it, past slow start, growing back towards it and probing beyond.
     /// Returns where it starts. Only before any request was sent.
-    pub fn start_from(&mut self, learned: u32, floor: u32) -> u32 {
-        let learned = f64::from(learned).min(self.max);
-        let start = (learned * LEARNED_SHARE).floor().max(self.limit);
-        if start > self.limit {
+    ///
+    /// Never below the initial limit, unless a queue held the learned one
+    /// (`held_by_queue`): a limit that refusals cut low may be an outage's,
+    /// and slow start from the initial limit costs a few refusals at most,
+    /// but a server that serves one or two at once queues what slow start
+    /// overshoots to, and every answer of the run's first seconds waits in
+    /// that queue. There the run starts at the learned limit, or the
+    /// initial one if lower, past slow start: a server grown since is
+    /// found by probing, in a few more round trips than slow start takes.
+    pub fn start_from(&mut self, learned: u32, floor: u32, held_by_queue: bool) -> u32 {
+        let learned = f64::from(learned).clamp(1.0, self.max);
+        let share = (learned * LEARNED_SHARE).floor();
+        let start = match held_by_queue {
+            true => share.max(learned.min(self.limit)),
+            false => share.max(self.limit),
+        };
+        if start > self.limit || held_by_queue {
             self.limit = start;
             self.slow_start = false;
             self.ceiling = learned;
             self.floor = f64::from(floor).clamp(1.0, start);
             self.peak = start;
             self.changes = vec![(Duration::ZERO, start as u32)];
+        }
+        if held_by_queue {
+            self.held_by_queue(self.started);
         }
         self.limit().try_into().unwrap_or(u32::MAX)
     }
@@ -423,6 +439,12 @@ impl Controller {
     /// the limit reached its maximum.
     pub fn has_learned(&self) -> bool {
         !self.slow_start || self.limit >= self.max
+    }
+
+    /// The last cut was a queue's and stands: the limit is what the
+    /// endpoint serves at once.
+    pub fn is_held_by_queue(&self) -> bool {
+        self.queue_bound
     }
 
     /// The limit is not cut below this.

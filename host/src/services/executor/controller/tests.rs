@@ -186,7 +186,7 @@ fn refusals_are_weighed_against_the_requests_sent_not_the_limit() {
     // that refused.
     let start = Instant::now();
     let mut controller = Controller::new(4, 128, start);
-    let limit = controller.start_from(64, 32) as usize;
+    let limit = controller.start_from(64, 32, false) as usize;
     controller.by_band[3] = tally(80, 20);
     let at = start + Duration::from_millis(10);
     for i in 0..2 * limit {
@@ -236,7 +236,7 @@ fn a_burst_that_cuts_again_and_again_heads_back_to_what_was_answered() {
     // during it, each refusal back at once: cut after cut.
     let start = Instant::now();
     let mut controller = Controller::new(4, 256, start);
-    controller.start_from(107, 8);
+    controller.start_from(107, 8, false);
     let limit = controller.limit();
     assert_eq!(limit, 80);
     for _ in 0..limit {
