@@ -237,9 +237,12 @@ pub struct Controller {
     /// flight rise unbounded.
     recent_point: Option<(f64, f64)>,
     base_rtt: Option<f64>,
-    /// The first answers: how many, and their shortest round trip, until
-    /// they seed the no-load estimate.
-    seed: (u32, f64),
+    /// The round trips of the first answers, until they seed the no-load
+    /// estimate (`Controller::seed_base`).
+    seed: Vec<f64>,
+    /// Which quickest of the first `seed_rank` × `initial` answers is the
+    /// first no-load estimate.
+    seed_rank: usize,
     /// The share of attempts lost when load is not the cause.
     usual_loss: f64,
     /// Answers since the usual share was last weighed.
@@ -347,7 +350,8 @@ impl Controller {
             srtt: None,
             recent_point: None,
             base_rtt: None,
-            seed: (0, 0.0),
+            seed: Vec::new(),
+            seed_rank: 1,
             usual_loss: 0.0,
             recent: Tally::default(),
             window: Window {
@@ -427,6 +431,7 @@ impl Controller {
             self.floor = f64::from(floor).clamp(1.0, start);
             self.peak = start;
             self.changes = vec![(Duration::ZERO, start as u32)];
+            self.seed_rank = (start / self.initial).floor().max(1.0) as usize;
         }
         if held_by_queue {
             self.held_by_queue(self.started);
