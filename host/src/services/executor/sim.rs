@@ -882,7 +882,10 @@ async fn a_stalled_client_is_not_held_down_for_long() {
 /// load it is measured against lags), and held the limit at three for
 /// seconds; cut again while its answers show a queue: 1.13 to 3.41, 1.50
 /// (over 60 draws 1.70 to 1.61 on average, the worst 5.44 to 3.72). The
-/// bound holds the first; 1.45 is where they should be.
+/// bound holds the first; 1.45 is where they should be. A limit of 2.65
+/// stuck for eight seconds, its windows too few to judge but for one now
+/// and then that changed nothing, drained as one stuck: 1.45, the worst
+/// 3.41 → 2.35 (`Controller::drain_if_stuck`).
 #[tokio::test(start_paused = true)]
 async fn short_runs_against_a_long_tail_over_many_draws() {
     let server = |draw| {
@@ -1883,7 +1886,8 @@ async fn queueing_servers_of_every_size_and_speed_get_a_short_queue() {
 /// limit of 30 only to 27, and the next window to judge it closed at 2.3 s
 /// (a mean queue of 8.6): a gap that stands. Against 4 slots whose answers
 /// vary, a limit of 2.7 neither grew nor was judged for five seconds (56 %
-/// of capacity) before `Controller::drain_if_stuck`; 79 % with it.
+/// of capacity) before `Controller::drain_if_stuck`; 79 % with it, and
+/// 85 % once windows judged without a change at so few slots count too.
 #[tokio::test(start_paused = true)]
 async fn short_runs_against_queueing_servers_get_a_short_queue() {
     for slots in [2usize, 4, 8, 16] {
@@ -1900,7 +1904,7 @@ async fn short_runs_against_queueing_servers_get_a_short_queue() {
         );
         // Slow start from 4 takes a few round trips of the 75.
         assert!(mean(&goodputs) >= 0.85, "{slots} slots: {goodputs:?}");
-        assert!(least_goodput >= 0.7, "{slots} slots: {goodputs:?}");
+        assert!(least_goodput >= 0.8, "{slots} slots: {goodputs:?}");
         assert!(
             mean(&queues) <= slots as f64 + 3.0,
             "{slots} slots: mean queues {queues:?}"

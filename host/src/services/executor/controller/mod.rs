@@ -771,13 +771,13 @@ impl Controller {
         self.most_answered = self.most_answered.max(tally.ok);
         // A window sent (in part) before the last change says nothing of it,
         // nor one sent while a drain holds the limit down.
-        if self.window.start >= self.last_change
+        let changed = self.window.start >= self.last_change
             && self.drain.is_none()
-            && self.judge(tally, saturated, sending_went_on, now)
-        {
+            && self.judge(tally, saturated, sending_went_on, now);
+        if changed {
             self.changed(now);
         }
-        self.drain_if_stuck(sending_went_on && tally.ok < MIN_QUEUE_JUDGED, now);
+        self.drain_if_stuck(sending_went_on, tally.ok, changed, now);
         self.drain_if_due(now);
         // The usual share rises only on proof (an undone cut), since load
         // makes refusals too; it falls with every quieter stretch of at
