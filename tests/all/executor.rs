@@ -1334,13 +1334,16 @@ async fn a_hang_among_the_first_requests_is_given_up_once_a_timeout_is_learned()
     assert_given_up(&hung);
 }
 
-/// Runs 60 rows twice against `server` at `pool_size: 64`: the audit
-/// database, the second run's summary, and the limit run 1 learned with
-/// whether a queue held it.
-async fn run_twice(server: &TestLlmServer) -> (Workspace, Connection, String, (u32, bool)) {
+/// Runs `rows` numbered rows twice against `server` with `endpoint`'s
+/// options: the workspace, its audit database and the second run's summary.
+async fn run_twice(
+    server: &TestLlmServer,
+    rows: usize,
+    endpoint: &str,
+) -> (Workspace, Connection, String) {
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(60));
-    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 64", "", ECHO_OPTIONS);
+    ws.write("in.csv", &numbered_rows(rows));
+    let yaml = pipeline_with("in.csv", "out.jsonl", endpoint, "", ECHO_OPTIONS);
     let pipeline = ws.write("p.yaml", &yaml);
     let first = run_with_key(&pipeline, &server.base_url()).await;
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
@@ -1348,14 +1351,17 @@ async fn run_twice(server: &TestLlmServer) -> (Workspace, Connection, String, (u
     let summary = stderr(&second);
     assert_eq!(second.status.code(), Some(0), "{summary}");
     let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let learned = db
-        .query_row(
-            "SELECT concurrency_limit, held_by_queue FROM learned_limits WHERE run_id = 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    (ws, db, summary, learned)
+    (ws, db, summary)
+}
+
+/// The limit run 1 learned, and whether a queue held it.
+fn learned_by_run_1(db: &Connection) -> (u32, bool) {
+    db.query_row(
+        "SELECT concurrency_limit, held_by_queue FROM learned_limits WHERE run_id = 1",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap()
 }
 
 /// A local server serving one request at a time: the first run's slow
@@ -1371,7 +1377,8 @@ async fn a_second_run_against_a_one_at_a_time_server_starts_at_the_limit_its_que
     })
     .await
     .unwrap();
-    let (_ws, db, summary, (learned, held_by_queue)) = run_twice(&server).await;
+    let (_ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
+    let (learned, held_by_queue) = learned_by_run_1(&db);
     assert!(held_by_queue && learned < 4, "run 1 learned {learned}");
     assert!(
         summary.contains(&format!(
@@ -1399,7 +1406,8 @@ async fn a_low_limit_refusals_held_is_not_started_from() {
     })
     .await
     .unwrap();
-    let (_ws, db, summary, (learned, held_by_queue)) = run_twice(&server).await;
+    let (_ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
+    let (learned, held_by_queue) = learned_by_run_1(&db);
     assert!(!held_by_queue && learned < 4, "run 1 learned {learned}");
     assert!(
         summary.contains(&format!(
@@ -1420,16 +1428,7 @@ async fn a_second_run_starts_from_the_limit_the_first_learned() {
     })
     .await
     .unwrap();
-    let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(600));
-    let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 128", "", ECHO_OPTIONS);
-    let pipeline = ws.write("p.yaml", &yaml);
-    let first = run_with_key(&pipeline, &server.base_url()).await;
-    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
-    let second = run_with_key(&pipeline, &server.base_url()).await;
-    let summary = stderr(&second);
-    assert_eq!(second.status.code(), Some(0), "{summary}");
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let (_ws, db, summary) = run_twice(&server, 600, "pool_size: 128").await;
     let learned: Vec<(i64, String, String, u32)> = db
         .prepare("SELECT run_id, url, model, concurrency_limit FROM learned_limits ORDER BY run_id")
         .unwrap()
