@@ -906,10 +906,11 @@ async fn short_runs_against_a_long_tail_over_many_draws() {
 /// with room for all or capped at 32, each started from what a first run
 /// against the same draw learned, 25 draws: within 1.15 times the best
 /// fixed concurrency on average, twice at worst (first runs, which
-/// slow-start from 4, take 1.49 and 1.08 on average). The first answers of a run started at 24 are the quickest of 24, and
-/// taken as the no-load round trip they made every window look queued: one
-/// capped second run took 3.46 times a fixed 32 (the first, 1.23), the
-/// mean of the capped ones 1.19 against 1.08 (`Controller::seed_base`).
+/// slow-start from 4, take 1.45 and 1.08 on average). The first answers of
+/// a run started at 24 are the quickest of 24, and taken as the no-load
+/// round trip they made every window look queued: one capped second run
+/// took 3.46 times a fixed 32 (the first, 1.23), the mean of the capped
+/// ones 1.19 against 1.08 (`Controller::seed_base`).
 #[tokio::test(start_paused = true)]
 async fn second_runs_against_a_long_tail_start_from_what_the_first_learned() {
     let long_tail = |draw| {
