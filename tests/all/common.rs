@@ -235,6 +235,21 @@ pub fn failures(ws: &Workspace) -> std::collections::BTreeMap<i64, String> {
         .collect()
 }
 
+/// The concurrency limit `run` learned, and whether a queue held it, from
+/// the audit database `db` (read-only: a run may be writing it); `None`
+/// until the run has recorded one.
+pub fn learned_by_run(db: &Path, run: i64) -> Option<(u32, bool)> {
+    rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT concurrency_limit, held_by_queue FROM learned_limits WHERE run_id = ?1",
+                [run],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        })
+        .ok()
+}
+
 /// The one value `sql` selects from the workspace's default audit database.
 pub fn audit_value<T: rusqlite::types::FromSql>(ws: &Workspace, sql: &str) -> T {
     let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();

@@ -1354,16 +1354,6 @@ async fn run_twice(
     (ws, db, summary)
 }
 
-/// The limit run 1 learned, and whether a queue held it.
-fn learned_by_run_1(db: &Connection) -> (u32, bool) {
-    db.query_row(
-        "SELECT concurrency_limit, held_by_queue FROM learned_limits WHERE run_id = 1",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )
-    .unwrap()
-}
-
 /// A local server serving one request at a time: the first run's slow
 /// start overshoots to about 14, and the answers of its first seconds wait
 /// in that queue. The limit a queue held is kept as such, and the next run
@@ -1377,8 +1367,8 @@ async fn a_second_run_against_a_one_at_a_time_server_starts_at_the_limit_its_que
     })
     .await
     .unwrap();
-    let (_ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
-    let (learned, held_by_queue) = learned_by_run_1(&db);
+    let (ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
+    let (learned, held_by_queue) = learned_by_run(&ws.path("weir-audit.sqlite"), 1).unwrap();
     assert!(held_by_queue && learned < 4, "run 1 learned {learned}");
     assert!(
         summary.contains(&format!(
@@ -1406,8 +1396,8 @@ async fn a_low_limit_refusals_held_is_not_started_from() {
     })
     .await
     .unwrap();
-    let (_ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
-    let (learned, held_by_queue) = learned_by_run_1(&db);
+    let (ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
+    let (learned, held_by_queue) = learned_by_run(&ws.path("weir-audit.sqlite"), 1).unwrap();
     assert!(!held_by_queue && learned < 4, "run 1 learned {learned}");
     assert!(
         summary.contains(&format!(

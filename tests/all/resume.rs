@@ -846,17 +846,7 @@ async fn a_resume_starts_from_the_limit_its_killed_process_learned() {
     let yaml = pipeline_with("in.csv", "out.jsonl", "pool_size: 128", "", ECHO_OPTIONS);
     let pipeline = ws.write("p.yaml", &yaml);
     let db = ws.path("weir-audit.sqlite");
-    let learned = || -> Option<u32> {
-        Connection::open_with_flags(&db, OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .and_then(|c| {
-                c.query_row(
-                    "SELECT concurrency_limit FROM learned_limits WHERE run_id = 1",
-                    [],
-                    |r| r.get(0),
-                )
-            })
-            .ok()
-    };
+    let learned = || learned_by_run(&db, 1).map(|(limit, _)| limit);
     // A run records what its limit learned every 5 s.
     let args = ["run", pipeline.to_str().unwrap(), "--no-progress"];
     let here = std::env::current_dir().unwrap();
