@@ -1923,14 +1923,8 @@ async fn a_second_run_against_a_queueing_server_starts_from_its_queue() {
     let run = service * 75;
     for slots in [1usize, 2, 4] {
         let (mut first, mut second) = (Vec::new(), Vec::new());
-        for seed in 0..6u64 {
-            let server = Server::Queueing {
-                slots,
-                service,
-                varied: seed > 0,
-                seed,
-                rescaled: None,
-            };
+        for seed in QUEUEING_DRAWS {
+            let server = queueing_draw(slots, service, seed);
             let sim = Sim::new(server.clone());
             let learned = drive(&sim, 64, 256, run).await.snapshot();
             first.push(sim.mean_queue_between(Duration::ZERO, run / 5));
@@ -1982,6 +1976,23 @@ async fn a_queue_learned_low_against_a_server_grown_since_is_outgrown() {
     assert!(reached.is_some_and(|s| s <= 2.0), "{reached:?}");
 }
 
+/// The draws of a queueing server the queueing tests run against
+/// (`queueing_draw`).
+const QUEUEING_DRAWS: std::ops::Range<u64> = 0..6;
+
+/// Draw `seed` of a server serving `slots` at once in `service`: the first
+/// with every answer taking `service`, the rest with answers from half to
+/// one and a half times it.
+fn queueing_draw(slots: usize, service: Duration, seed: u64) -> Server {
+    Server::Queueing {
+        slots,
+        service,
+        varied: seed > 0,
+        seed,
+        rescaled: None,
+    }
+}
+
 /// Six draws of a server serving `slots` at once in `service` (the first
 /// with answers alike, the others varied), each driven for `run` at a pool
 /// of `pool`: the share of its capacity each served from `from` of the run
@@ -1995,14 +2006,8 @@ async fn queueing_draws(
 ) -> (Vec<f64>, Vec<f64>) {
     let capacity = slots as f64 / service.as_secs_f64();
     let (mut goodputs, mut queues) = (Vec::new(), Vec::new());
-    for seed in 0..6u64 {
-        let sim = Sim::new(Server::Queueing {
-            slots,
-            service,
-            varied: seed > 0,
-            seed,
-            rescaled: None,
-        });
+    for seed in QUEUEING_DRAWS {
+        let sim = Sim::new(queueing_draw(slots, service, seed));
         drive(&sim, pool, 256, run).await;
         let secs = run.as_secs_f64();
         goodputs.push(sim.goodput(secs * from, secs) / capacity);
