@@ -589,17 +589,25 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn slow_start_triples_per_saturated_window() {
-        let limiter = Limiter::new(2, 64);
-        for expected in [2, 6, 18] {
-            let permits = fill(&limiter).await;
-            assert_eq!(permits.len(), expected);
+    /// `round_trips` round trips of 100 ms, each filling the limit and
+    /// answering every request: the requests each sent.
+    async fn answered_round_trips(limiter: &Limiter, round_trips: usize) -> Vec<usize> {
+        let mut sent = Vec::new();
+        for _ in 0..round_trips {
+            let permits = fill(limiter).await;
+            sent.push(permits.len());
             tokio::time::sleep(Duration::from_millis(100)).await;
             for p in permits {
                 p.release(Signal::Success);
             }
         }
+        sent
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_start_triples_per_saturated_window() {
+        let limiter = Limiter::new(2, 64);
+        assert_eq!(answered_round_trips(&limiter, 3).await, [2, 6, 18]);
         assert_eq!(limiter.snapshot().limit, 54);
     }
 
@@ -607,17 +615,11 @@ mod tests {
     async fn a_limit_learned_before_starts_at_three_quarters_and_heads_back_to_it() {
         let limiter = Limiter::new(4, 128);
         assert_eq!(limiter.start_from(32, 12, false), 24);
-        let mut limits = Vec::new();
-        for _ in 0..6 {
-            let permits = fill(&limiter).await;
-            limits.push(permits.len());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            for p in permits {
-                p.release(Signal::Success);
-            }
-        }
         // About half the way back each round trip, not slow start's tripling.
-        assert_eq!(limits, [24, 27, 28, 30, 30, 31]);
+        assert_eq!(
+            answered_round_trips(&limiter, 6).await,
+            [24, 27, 28, 30, 30, 31]
+        );
         assert!(limiter.snapshot().has_learned);
         // Never below the initial limit, nor beyond the pool.
         assert_eq!(Limiter::new(4, 128).start_from(4, 1, false), 4);
@@ -628,17 +630,8 @@ mod tests {
     async fn a_low_limit_a_queue_held_is_started_from_past_slow_start() {
         let limiter = Limiter::new(4, 64);
         assert_eq!(limiter.start_from(2, 1, true), 2);
-        let mut limits = Vec::new();
-        for _ in 0..5 {
-            let permits = fill(&limiter).await;
-            limits.push(permits.len());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            for p in permits {
-                p.release(Signal::Success);
-            }
-        }
         // Probing beyond it, not slow start's tripling from 4.
-        assert_eq!(limits, [2, 2, 2, 3, 4]);
+        assert_eq!(answered_round_trips(&limiter, 5).await, [2, 2, 2, 3, 4]);
         // The same limit cut by refusals may be an outage's: slow start
         // from the initial limit as ever.
         assert_eq!(Limiter::new(4, 64).start_from(2, 1, false), 4);
@@ -649,13 +642,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_limit_never_exceeds_the_pool_size_and_falls_when_all_is_refused() {
         let limiter = Limiter::new(4, 6);
-        for _ in 0..5 {
-            let permits = fill(&limiter).await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            for p in permits {
-                p.release(Signal::Success);
-            }
-        }
+        answered_round_trips(&limiter, 5).await;
         assert_eq!(limiter.snapshot().limit, 6);
         for _ in 0..100 {
             for p in fill(&limiter).await {
