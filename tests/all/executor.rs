@@ -608,6 +608,50 @@ async fn hung_requests_time_out_and_are_retried() {
     assert!(summary.contains("transient"), "{summary}");
 }
 
+/// A server serving one request at a time in 300 ms, sent six at once with
+/// a timeout of 1 s: the last three in line time out while the server
+/// answers those before them. That wait is the queue's, not a failure:
+/// retried as a capacity refusal, it spends none of `max_retries`, and no
+/// row fails for it (each failed with `max_retries: 0` before).
+#[tokio::test]
+async fn timeouts_behind_a_servers_queue_spend_no_retries() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(300),
+        serve_at_once: Some(1),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(
+        &server,
+        6,
+        "pool_size: 6\nadaptive_concurrency: false\nrequest_timeout_seconds: 1\nmax_retries: 0",
+        "",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 6);
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let queued: Vec<(String, String)> = db
+        .prepare("SELECT coalesce(retry_cause, '-'), error FROM calls WHERE error IS NOT NULL")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(!queued.is_empty(), "{summary}");
+    for (cause, error) in &queued {
+        assert_eq!(cause, "capacity", "{error}");
+        assert!(
+            error.contains(
+                "no answer within 1 s (request_timeout_seconds), while the endpoint \
+                            answered requests sent before it"
+            ),
+            "{error}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_row_deadline_bounds_every_wait() {
     let server = TestLlmServer::start(Script {

@@ -25,6 +25,7 @@ mod health;
 mod learned;
 mod limiter;
 mod pacing;
+mod queue_wait;
 mod rate;
 mod retry;
 mod schema;
@@ -204,6 +205,8 @@ pub struct Endpoint {
     /// Whether the endpoint has accepted a `json_schema` request yet.
     schema: schema::SchemaSupport,
     attempt_timeout: attempt_timeout::SharedAttemptTimeout,
+    /// Whether an attempt that ran out of time waited behind others.
+    queue_wait: queue_wait::QueueWait,
     /// The limit learned by earlier runs, and this run's kept for later ones.
     carry: learned::Carry,
 }
@@ -272,6 +275,7 @@ impl Endpoint {
                         floor: Duration::from_secs_f64(spec.min_attempt_timeout_seconds),
                     }),
             ),
+            queue_wait: queue_wait::QueueWait::default(),
             carry: learned::Carry::default(),
         })
     }

@@ -196,9 +196,17 @@ impl Endpoint {
                 FailureKind::Transport => Verdict::Transient,
             },
         };
+        let mut waited_in_line = false;
         match verdict {
-            Verdict::Success => self.attempt_timeout.answered(latency),
+            Verdict::Success => {
+                self.attempt_timeout.answered(latency);
+                self.queue_wait.answered(started);
+            }
             Verdict::Timeout if learned.is_some() => verdict = Verdict::Hung,
+            Verdict::Timeout if self.queue_wait.waited_behind_others(started, latency) => {
+                verdict = Verdict::Queued;
+                waited_in_line = true;
+            }
             _ => {}
         }
         let result = match result {
@@ -207,6 +215,14 @@ impl Endpoint {
                     "no answer within {:.1} s, while the endpoint's other answers came in time \
                      (adaptive_attempt_timeout): given up for hung",
                     total.as_secs_f64()
+                ),
+                ..failure
+            }),
+            Err(failure) if waited_in_line => Err(AttemptFailure {
+                message: format!(
+                    "{}, while the endpoint answered requests sent before it: it waited in the \
+                     endpoint's queue",
+                    failure.message
                 ),
                 ..failure
             }),

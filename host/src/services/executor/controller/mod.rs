@@ -560,7 +560,14 @@ impl Controller {
         if self.pending.is_some() && sent_at >= self.last_change {
             count(&mut self.since_cut, signal);
         }
-        if sent_at >= self.last_change.max(self.window.start) {
+        // A loss that comes back after its window closed still counts
+        // against the limit it was sent at: a request timed out in a
+        // server's queue is told of only `request_timeout_seconds` after its
+        // send, and against a server serving one at a time with answers in
+        // 4 s, timeouts of a 10 s timeout, each two windows late, were never
+        // counted; their rows were sent again into the same queue for 45 s.
+        let late_loss = signal == Signal::Overload && sent_at >= self.last_change;
+        if late_loss || sent_at >= self.last_change.max(self.window.start) {
             count(&mut self.since_change, signal);
             if signal == Signal::Overload {
                 self.refused_from = Some(self.refused_from.map_or(in_flight, |n| n.min(in_flight)));

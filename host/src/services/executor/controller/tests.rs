@@ -700,3 +700,26 @@ fn a_long_record_of_changes_is_thinned_past_its_start() {
     assert_eq!(changes[keep - 1].1 as usize, keep - 1, "the start whole");
     assert_eq!(changes[keep].1 as usize, keep + 1, "every other one after");
 }
+
+/// A request timed out in a server's queue is told of only
+/// `request_timeout_seconds` after its send, once the window it was sent in
+/// has closed: its loss counts against the limit all the same.
+#[test]
+fn losses_told_after_their_window_closed_still_cut() {
+    let start = Instant::now();
+    let at = |secs: u64| start + Duration::from_secs(secs);
+    let mut controller = Controller::new(4, 64, start);
+    for answered in [4, 8, 12] {
+        controller.on_answer(at(answered), start, 4, Signal::Success);
+    }
+    let before = controller.limit();
+    for _ in 0..2 {
+        controller.on_answer(at(13), start, 4, Signal::Overload);
+    }
+    assert!(
+        controller.limit() < before,
+        "{} before, {} after",
+        before,
+        controller.limit()
+    );
+}
