@@ -35,17 +35,10 @@ struct Latest {
 impl QueueWait {
     /// A request sent at `sent` was answered now.
     pub fn answered(&self, sent: Instant) {
-        let now = Instant::now();
         let mut answers = self.lock();
-        *answers = Some(match *answers {
-            Some(l) => Latest {
-                answered_at: l.answered_at.max(now),
-                latest_sent: l.latest_sent.max(sent),
-            },
-            None => Latest {
-                answered_at: now,
-                latest_sent: sent,
-            },
+        *answers = Some(Latest {
+            answered_at: Instant::now(),
+            latest_sent: answers.map_or(sent, |l| l.latest_sent.max(sent)),
         });
     }
 
