@@ -652,6 +652,44 @@ async fn timeouts_behind_a_servers_queue_spend_no_retries() {
     }
 }
 
+/// The same server with the adaptive limit on: slow start overshoots to up
+/// to the pool's 8 in flight before any answer says the server serves one
+/// at a time. The first request to time out in its queue, having seen the
+/// server answer two or three in its 1 s, sets the limit to what the server
+/// answers in half that; only the requests already out when it did time
+/// out after it, at most the pool's 8 in all. Before, the limit fell by
+/// halves, one cut per round trip of timeouts, and 12 or 13 timed out.
+#[tokio::test]
+async fn a_timeout_in_a_servers_queue_sets_the_limit_to_what_it_answers() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(300),
+        serve_at_once: Some(1),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) =
+        run(&server, 24, "pool_size: 8\nrequest_timeout_seconds: 1", "").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 24);
+    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    let decisions = limit_decisions(&db, 1);
+    assert!(
+        decisions.iter().any(|(to, why)| *to == 1
+            && why.starts_with("a request timed out after")
+            && why.contains("in the endpoint's queue, which answered")),
+        "no cut for a timeout in the queue among {decisions:?}; {summary}"
+    );
+    let timed_out: u32 = db
+        .query_row(
+            "SELECT count(*) FROM calls WHERE error IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(timed_out <= 8, "{timed_out} attempts timed out; {summary}");
+}
+
 #[tokio::test]
 async fn a_row_deadline_bounds_every_wait() {
     let server = TestLlmServer::start(Script {

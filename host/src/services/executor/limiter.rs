@@ -321,11 +321,22 @@ impl Limiter {
         }
     }
 
-    fn release(&self, sent_at: Instant, in_flight: usize, signal: Signal) {
+    /// `served_while_queued`: the request ran out of time in the endpoint's
+    /// queue, which answered that many requests meanwhile.
+    fn release(
+        &self,
+        sent_at: Instant,
+        in_flight: usize,
+        signal: Signal,
+        served_while_queued: Option<u32>,
+    ) {
         let mut s = self.lock();
         s.in_flight -= 1;
         let now = Instant::now();
-        if let Some(decision) = s.controller.on_answer(now, sent_at, in_flight, signal) {
+        let answered = s.controller.on_answer(now, sent_at, in_flight, signal);
+        let queued = served_while_queued
+            .and_then(|served| s.controller.timed_out_in_queue(now, sent_at, served));
+        for decision in [answered, queued].into_iter().flatten() {
             tracing::debug!(target: "weir::limit", "endpoint `{}`: {decision}", self.endpoint);
         }
         // Only those a slot is free for: waking every waiter on every answer
@@ -560,7 +571,16 @@ impl Permit<'_> {
 
     pub fn release(mut self, signal: Signal) {
         self.released = true;
-        self.limiter.release(self.sent_at, self.in_flight, signal);
+        self.limiter
+            .release(self.sent_at, self.in_flight, signal, None);
+    }
+
+    /// The request ran out of time in the endpoint's queue, which answered
+    /// `served` requests while it waited.
+    pub fn release_after_queue_wait(mut self, served: u32) {
+        self.released = true;
+        self.limiter
+            .release(self.sent_at, self.in_flight, Signal::Overload, Some(served));
     }
 }
 
@@ -569,7 +589,7 @@ impl Drop for Permit<'_> {
         // A request abandoned mid-way (its row's deadline passed) still frees its slot.
         if !self.released {
             self.limiter
-                .release(self.sent_at, self.in_flight, Signal::Neutral);
+                .release(self.sent_at, self.in_flight, Signal::Neutral, None);
         }
     }
 }

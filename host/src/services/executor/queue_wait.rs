@@ -9,7 +9,9 @@
 //! against a server serving one at a time with answers in 4 s and a 10 s
 //! timeout, rows took up to six attempts, all that `max_retries` allows.
 //! Where a request sent after it was answered first, the server does not
-//! keep that order, or this request hangs: that is no queue.
+//! keep that order, or this request hangs: that is no queue. How many
+//! answers came back during the wait says how many the endpoint serves in
+//! a timeout, which bounds the limit (`Controller::timed_out_in_queue`).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -21,8 +23,19 @@ const SENT_TOGETHER: u32 = 20;
 
 #[derive(Default)]
 pub struct QueueWait {
-    answers: Mutex<Option<Latest>>,
+    answers: Mutex<Answers>,
 }
+
+#[derive(Default)]
+struct Answers {
+    /// Successful answers so far.
+    count: u64,
+    latest: Option<Latest>,
+}
+
+/// How many answers had come back when an attempt was sent.
+#[derive(Clone, Copy)]
+pub struct Mark(u64);
 
 /// Of the successful answers so far: when the last came back, and the
 /// latest send among them.
@@ -36,10 +49,22 @@ impl QueueWait {
     /// A request sent at `sent` was answered now.
     pub fn answered(&self, sent: Instant) {
         let mut answers = self.lock();
-        *answers = Some(Latest {
+        answers.count += 1;
+        answers.latest = Some(Latest {
             answered_at: Instant::now(),
-            latest_sent: answers.map_or(sent, |l| l.latest_sent.max(sent)),
+            latest_sent: answers.latest.map_or(sent, |l| l.latest_sent.max(sent)),
         });
+    }
+
+    /// Where the answers stand as an attempt is sent.
+    pub fn mark(&self) -> Mark {
+        Mark(self.lock().count)
+    }
+
+    /// Answers that came back since `mark`.
+    pub fn answered_since(&self, mark: Mark) -> u32 {
+        let since = self.lock().count.saturating_sub(mark.0);
+        since.try_into().unwrap_or(u32::MAX)
     }
 
     /// Whether an attempt sent at `sent` that ran out of time after
@@ -50,10 +75,11 @@ impl QueueWait {
     pub fn waited_behind_others(&self, sent: Instant, waited: Duration) -> bool {
         let together = sent + waited / SENT_TOGETHER;
         self.lock()
+            .latest
             .is_some_and(|l| l.answered_at > sent && l.latest_sent <= together)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Latest>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
         self.answers.lock().expect("queue wait lock")
     }
 }
@@ -70,11 +96,15 @@ mod tests {
         let earlier = Instant::now();
         tokio::time::advance(Duration::from_millis(10)).await;
         let timed_out = Instant::now();
+        let mark = wait.mark();
         // Nothing answered yet: no sign of a queue rather than a dead server.
         assert!(!wait.waited_behind_others(timed_out, WAITED));
         tokio::time::advance(Duration::from_secs(4)).await;
         wait.answered(earlier);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        wait.answered(earlier);
         assert!(wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(wait.answered_since(mark), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -100,7 +130,9 @@ mod tests {
         wait.answered(earlier);
         tokio::time::advance(Duration::from_millis(10)).await;
         let timed_out = Instant::now();
+        let mark = wait.mark();
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(!wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(wait.answered_since(mark), 0);
     }
 }

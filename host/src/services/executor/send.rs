@@ -24,6 +24,9 @@ struct Tried {
     started: Instant,
     started_at_ms: i64,
     latency: Duration,
+    /// It ran out of time in the endpoint's queue, which answered this
+    /// many requests while it waited.
+    served_while_queued: Option<u32>,
 }
 
 impl Endpoint {
@@ -76,7 +79,13 @@ impl Endpoint {
             let tried = self.try_once(body, row_deadline, hung).await;
             hung += u32::from(tried.verdict == Verdict::Hung);
             let sent = permit.sent();
-            permit.release(self.signal(tried.verdict));
+            let signal = self.signal(tried.verdict);
+            match tried.served_while_queued {
+                Some(served) if signal == Signal::Overload => {
+                    permit.release_after_queue_wait(served)
+                }
+                _ => permit.release(signal),
+            }
             let first_attempt = *first.get_or_insert(tried.started);
             if tried.verdict != Verdict::Success && first_failure.is_none() {
                 first_failure = Some(describe(&tried));
@@ -145,6 +154,7 @@ impl Endpoint {
     async fn try_once(&self, body: &str, row_deadline: Option<Instant>, hung_before: u32) -> Tried {
         let started = Instant::now();
         let started_at_ms = now_ms();
+        let answers_at_send = self.queue_wait.mark();
         self.stats.attempt_started();
         let configured = match row_deadline {
             Some(d) => self
@@ -228,12 +238,16 @@ impl Endpoint {
             }),
             other => other,
         };
+        let served_while_queued = (verdict == Verdict::Queued)
+            .then(|| self.queue_wait.answered_since(answers_at_send))
+            .filter(|&served| served > 0);
         Tried {
             result,
             verdict,
             started,
             started_at_ms,
             latency,
+            served_while_queued,
         }
     }
 

@@ -17,6 +17,9 @@ pub enum Why {
     RefusedWhateverTheLoad { share: f64 },
     /// Answers came back in `rtt` seconds against `no_load` with no queue.
     Queued { rtt: f64, no_load: f64 },
+    /// A request ran out of time after `waited` seconds in the endpoint's
+    /// queue, while it answered `served` requests.
+    TimedOutInQueue { served: u32, waited: f64 },
     /// The round trip did not fall with fewer requests in flight: the
     /// queue cuts are undone and `no_load` is the round trip with no queue.
     NotAQueue { no_load: f64 },
@@ -66,6 +69,12 @@ impl fmt::Display for Why {
                 "a queue at the endpoint: answers in {} against {} with none",
                 seconds(rtt),
                 seconds(no_load)
+            ),
+            Why::TimedOutInQueue { served, waited } => write!(
+                f,
+                "a request timed out after {} in the endpoint's queue, which answered {served} \
+                 meanwhile",
+                seconds(waited)
             ),
             Why::NotAQueue { no_load } => write!(
                 f,

@@ -323,6 +323,9 @@ pub struct Controller {
     /// How low the last window judged put the no-load round trip, where
     /// surely below the estimate (see `quicker_in_a_row`).
     quicker_window: Option<f64>,
+    /// When a request that timed out in the endpoint's queue last cut the
+    /// limit (see `timed_out_in_queue`).
+    timed_out_cut: Option<Instant>,
     /// Windows in a row of a limit held by a queue, none of whose requests
     /// was ever sent alone, each with too few answers to judge a queue by
     /// (see `drain_if_stuck`).
@@ -395,6 +398,7 @@ impl Controller {
             band_answered: [None; BANDS],
             none_refused_at_closes: [false; 2],
             quicker_window: None,
+            timed_out_cut: None,
             unjudged_windows: 0,
             peak: limit,
             changes: vec![(Duration::ZERO, limit as u32)],

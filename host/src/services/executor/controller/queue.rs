@@ -15,6 +15,13 @@ use super::*;
 const UNDECIDED_JUDGED: u32 = 2;
 const UNDECIDED_RATIO: f64 = 2.0;
 
+/// After a request ran out of time in the endpoint's queue, the limit is
+/// what the endpoint answered in this share of the request's wait, so that
+/// a request joining the queue is answered within about half its timeout:
+/// at the whole of it, a server a little slower than in that wait times
+/// the last in line out again.
+const TIMED_OUT_SHARE: f64 = 0.5;
+
 /// Queue cuts in a row, to be judged again by a no-load estimate learned
 /// after them (`Controller::learn_from_alone`).
 pub(super) struct QueueCuts {
@@ -350,5 +357,62 @@ impl Controller {
         }
         // Growth probes slowly from here rather than heading back.
         self.ceiling = self.limit;
+    }
+
+    /// A request ran out of time after `waited` in the endpoint's queue,
+    /// which answered `served` requests meanwhile (`QueueWait`). More in
+    /// flight than the endpoint answers in a timeout wait past it, and
+    /// each such wait costs a request sent again, whatever the round trip
+    /// says. The round trip says it late: against a server serving one at
+    /// a time with answers in 4 s and a 10 s timeout, the no-load estimate
+    /// waited for answers that came one every 4 s, and the limit fell from
+    /// 8 to 2 over 30 s, most requests of the first minute timing out in
+    /// the queue. So the limit goes to what the endpoint answered in
+    /// `TIMED_OUT_SHARE` of the wait, at once, as a queue cut does: held by
+    /// the queue and probed slowly from there. Returns the decision, if
+    /// the limit was above it.
+    ///
+    /// Only a request sent since the last such cut: the others of the
+    /// queue that set it off time out in turn, each having seen fewer
+    /// answers (a server that gives up a request only when its client hangs
+    /// up spent part of the wait on those that timed out before), and
+    /// against a server serving two at once each cut the limit again, to
+    /// one. Other changes since its send do not hold it back: a queue cut
+    /// of a slot, made as slow start met the queue, kept the requests in
+    /// it from cutting until more had timed out.
+    pub fn timed_out_in_queue(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        served: u32,
+    ) -> Option<Decision> {
+        let before = self.limit;
+        let target = (f64::from(served) * TIMED_OUT_SHARE).floor().max(1.0);
+        let cut_since_sent = self.timed_out_cut.is_some_and(|at| sent_at < at);
+        if cut_since_sent || target >= before.floor() {
+            return None;
+        }
+        if let Some(drain) = self.drain.as_mut() {
+            drain.restore = drain.restore.min(target);
+        }
+        self.limit = target;
+        self.ceiling = target;
+        self.floor = self.floor.min(target);
+        self.slow_start = false;
+        // Cuts still to be judged would be undone towards a limit the
+        // timeout proved too high.
+        self.pending = None;
+        self.queue_cut = None;
+        self.queue_cuts = None;
+        self.queue_met = None;
+        self.timed_out_cut = Some(now);
+        self.held_by_queue(now);
+        let why = Why::TimedOutInQueue {
+            served,
+            waited: now.saturating_duration_since(sent_at).as_secs_f64(),
+        };
+        self.decided(why, before);
+        self.changed(now);
+        self.note_change(before, now)
     }
 }

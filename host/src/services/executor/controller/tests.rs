@@ -723,3 +723,39 @@ fn losses_told_after_their_window_closed_still_cut() {
         controller.limit()
     );
 }
+
+#[test]
+fn a_timeout_in_the_queue_sets_the_limit_to_what_the_endpoint_answered_in_half_its_wait() {
+    let start = Instant::now();
+    let at = |millis: u64| start + Duration::from_millis(millis);
+    let mut controller = Controller::new(16, 64, start);
+    // The endpoint answered 6 of the requests before it in the 10 s this
+    // one waited: 3 in half the wait.
+    let decision = controller.timed_out_in_queue(at(10_000), start, 6);
+    assert_eq!(controller.limit(), 3);
+    let decision = decision.expect("a decision");
+    assert_eq!((decision.from, decision.to), (16, 3));
+    assert_eq!(
+        decision.why.to_string(),
+        "a request timed out after 10.0 s in the endpoint's queue, which answered 6 meanwhile"
+    );
+    assert!(!controller.slow_start && controller.is_held_by_queue());
+    // Others of the same queue, sent before the cut, do not cut again,
+    // however few answers they saw.
+    assert!(
+        controller
+            .timed_out_in_queue(at(10_500), at(1), 1)
+            .is_none()
+    );
+    assert_eq!(controller.limit(), 3);
+    // One sent since, that still timed out, does.
+    let decision = controller.timed_out_in_queue(at(21_000), at(11_000), 2);
+    assert_eq!(decision.map(|d| (d.from, d.to)), Some((3, 1)));
+    // Never below one, and a limit already at what was answered stays.
+    assert!(
+        controller
+            .timed_out_in_queue(at(32_000), at(22_000), 1)
+            .is_none()
+    );
+    assert_eq!(controller.limit(), 1);
+}
