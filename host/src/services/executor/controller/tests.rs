@@ -759,3 +759,36 @@ fn a_timeout_in_the_queue_sets_the_limit_to_what_the_endpoint_answered_in_half_i
     );
     assert_eq!(controller.limit(), 1);
 }
+
+#[test]
+fn a_timeout_in_the_queue_lets_no_cut_being_judged_be_undone() {
+    let start = Instant::now();
+    let at = |millis: u64| start + Duration::from_millis(millis);
+    let mut controller = Controller::new(36, 128, start);
+    for (i, in_flight) in [33, 34, 35, 36].into_iter().enumerate() {
+        controller.on_answer(
+            at(2 + i as u64),
+            at(1 + i as u64),
+            in_flight,
+            Signal::Overload,
+        );
+    }
+    assert_eq!(controller.limit(), 32);
+    assert!(controller.pending.is_some());
+    controller.queue_cut = Some(QueueCut {
+        before: 36.0,
+        point_before: (0.2, 30.0),
+        after: 32.0,
+        in_slow_start: true,
+        rate_before: Some(100.0),
+    });
+    // It waited behind the queue those cuts were made for: the endpoint
+    // answered 64 in its wait, 32 in half of it, which the limit already is.
+    assert!(
+        controller
+            .timed_out_in_queue(at(1_000), at(1), 64)
+            .is_none()
+    );
+    assert_eq!(controller.limit(), 32);
+    assert!(controller.queue_cut.is_none() && controller.pending.is_none());
+}
