@@ -391,9 +391,10 @@ impl Controller {
         // The queue is real, whatever the answers since a cut still being
         // judged say, and the cut stands: a server that goes on serving
         // requests whose clients hung up answers fewer a second after a cut
-        // than before it, as if there were no queue. Against llama.cpp's
-        // server with a 1 s timeout, slow start's cut from 14 to 2 was
-        // undone so two runs in six, and the limit grew to 26-28.
+        // than before it, as if there were no queue. Against
+        // llama-cpp-python's server with a 1 s timeout, slow start's cut
+        // from 14 to 2 was undone so two runs in six, and the limit grew to
+        // 26-28.
         self.pending = None;
         self.queue_cut = None;
         self.queue_cuts = None;
