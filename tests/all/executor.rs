@@ -223,6 +223,18 @@ fn endpoint_summary(db: &Connection, run: i64) -> Value {
     summary["endpoints"][0].clone()
 }
 
+/// The test server serving one request at a time, each in `latency`, and
+/// queueing the rest in order, as a local llama.cpp server does.
+async fn one_at_a_time(latency: Duration) -> TestLlmServer {
+    TestLlmServer::start(Script {
+        latency,
+        serve_at_once: Some(1),
+        ..Script::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// The concurrency limit of run `run`'s one endpoint as it changed, from the
 /// run's summary in the audit trail at `db`: (seconds into the run, limit).
 fn limit_record(db: &Connection, run: i64) -> Vec<(f64, u64)> {
@@ -615,13 +627,7 @@ async fn hung_requests_time_out_and_are_retried() {
 /// row fails for it (each failed with `max_retries: 0` before).
 #[tokio::test]
 async fn timeouts_behind_a_servers_queue_spend_no_retries() {
-    let server = TestLlmServer::start(Script {
-        latency: Duration::from_millis(300),
-        serve_at_once: Some(1),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = one_at_a_time(Duration::from_millis(300)).await;
     let (ws, rows, code, summary) = run(
         &server,
         6,
@@ -661,13 +667,7 @@ async fn timeouts_behind_a_servers_queue_spend_no_retries() {
 /// halves, one cut per round trip of timeouts, and 12 or 13 timed out.
 #[tokio::test]
 async fn a_timeout_in_a_servers_queue_sets_the_limit_to_what_it_answers() {
-    let server = TestLlmServer::start(Script {
-        latency: Duration::from_millis(300),
-        serve_at_once: Some(1),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = one_at_a_time(Duration::from_millis(300)).await;
     let (ws, rows, code, summary) =
         run(&server, 24, "pool_size: 8\nrequest_timeout_seconds: 1", "").await;
     assert_eq!(code, Some(0), "{summary}");
@@ -1442,13 +1442,7 @@ async fn run_twice(
 /// starts there, below the initial 4, past slow start.
 #[tokio::test]
 async fn a_second_run_against_a_one_at_a_time_server_starts_at_the_limit_its_queue_held() {
-    let server = TestLlmServer::start(Script {
-        latency: Duration::from_millis(50),
-        serve_at_once: Some(1),
-        ..Script::default()
-    })
-    .await
-    .unwrap();
+    let server = one_at_a_time(Duration::from_millis(50)).await;
     let (ws, db, summary) = run_twice(&server, 60, "pool_size: 64").await;
     let (learned, held_by_queue) = learned_by_run(&ws.path("weir-audit.sqlite"), 1).unwrap();
     assert!(held_by_queue && learned < 4, "run 1 learned {learned}");
