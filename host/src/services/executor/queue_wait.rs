@@ -31,6 +31,20 @@ struct Answers {
     /// Successful answers so far.
     count: u64,
     latest: Option<Latest>,
+    /// The last attempt that timed out in the queue while answers came
+    /// back: when it was told, and when it was sent.
+    queued: Option<(Instant, Instant)>,
+}
+
+/// What an attempt that ran out of time waited behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Behind {
+    /// Answers to requests sent before it came back during its wait.
+    Answers,
+    /// None did, but a request sent before it timed out in the queue
+    /// during its wait, while answers came back: the server spent the wait
+    /// on requests whose clients hung up.
+    TimedOutAhead,
 }
 
 /// How many answers had come back when an attempt was sent.
@@ -43,6 +57,22 @@ pub struct Mark(u64);
 struct Latest {
     answered_at: Instant,
     latest_sent: Instant,
+}
+
+impl Behind {
+    /// What an attempt's error adds to its timeout.
+    pub fn says(self) -> &'static str {
+        match self {
+            Behind::Answers => {
+                "while the endpoint answered requests sent before it: it waited in the \
+                 endpoint's queue"
+            }
+            Behind::TimedOutAhead => {
+                "while requests sent before it timed out in the endpoint's queue: it waited in \
+                 that queue"
+            }
+        }
+    }
 }
 
 impl QueueWait {
@@ -67,16 +97,34 @@ impl QueueWait {
         since.try_into().unwrap_or(u32::MAX)
     }
 
-    /// Whether an attempt sent at `sent` that ran out of time after
-    /// `waited` waited behind others: answers came back since its send, none
-    /// to a request sent after it. Requests sent together reach the server
-    /// in no set order, so one sent within a twentieth of the wait after it
-    /// counts as sent with it.
-    pub fn waited_behind_others(&self, sent: Instant, waited: Duration) -> bool {
+    /// An attempt sent at `sent` timed out in the queue now, while answers
+    /// came back (it waited behind `Behind::Answers`).
+    pub fn timed_out_in_line(&self, sent: Instant) {
+        self.lock().queued = Some((Instant::now(), sent));
+    }
+
+    /// What an attempt sent at `sent` that ran out of time after `waited`
+    /// waited behind, if others: answers came back since its send, or a
+    /// request sent before it timed out in the queue meanwhile, and no
+    /// request sent after it was answered. Requests sent together reach
+    /// the server in no set order, so one sent within a twentieth of the
+    /// wait after it counts as sent with it.
+    ///
+    /// Only a timeout that saw answers counts as one ahead in line
+    /// (`timed_out_in_line`): against an endpoint that stopped answering,
+    /// timeouts behind timeouts would otherwise be taken for a queue's one
+    /// generation after another, never failing their rows.
+    pub fn waited_behind_others(&self, sent: Instant, waited: Duration) -> Option<Behind> {
         let together = sent + waited / SENT_TOGETHER;
-        self.lock()
-            .latest
-            .is_some_and(|l| l.answered_at > sent && l.latest_sent <= together)
+        let answers = self.lock();
+        let latest = answers.latest.filter(|l| l.latest_sent <= together)?;
+        if latest.answered_at > sent {
+            return Some(Behind::Answers);
+        }
+        answers
+            .queued
+            .filter(|&(told, queued_sent)| told > sent && queued_sent <= together)
+            .map(|_| Behind::TimedOutAhead)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
@@ -98,12 +146,15 @@ mod tests {
         let timed_out = Instant::now();
         let mark = wait.mark();
         // Nothing answered yet: no sign of a queue rather than a dead server.
-        assert!(!wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(wait.waited_behind_others(timed_out, WAITED), None);
         tokio::time::advance(Duration::from_secs(4)).await;
         wait.answered(earlier);
         tokio::time::advance(Duration::from_secs(4)).await;
         wait.answered(earlier);
-        assert!(wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(
+            wait.waited_behind_others(timed_out, WAITED),
+            Some(Behind::Answers)
+        );
         assert_eq!(wait.answered_since(mark), 2);
     }
 
@@ -117,9 +168,12 @@ mod tests {
         let later = Instant::now();
         tokio::time::advance(Duration::from_secs(1)).await;
         wait.answered(sent_with_it);
-        assert!(wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(
+            wait.waited_behind_others(timed_out, WAITED),
+            Some(Behind::Answers)
+        );
         wait.answered(later);
-        assert!(!wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(wait.waited_behind_others(timed_out, WAITED), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -132,7 +186,31 @@ mod tests {
         let timed_out = Instant::now();
         let mark = wait.mark();
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(!wait.waited_behind_others(timed_out, WAITED));
+        assert_eq!(wait.waited_behind_others(timed_out, WAITED), None);
         assert_eq!(wait.answered_since(mark), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_behind_others_that_timed_out_in_line_waited_in_line_too() {
+        let wait = QueueWait::default();
+        let first = Instant::now();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        wait.answered(first);
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let behind = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // One sent before it, that saw answers, times out in line during
+        // its wait; nothing is answered.
+        wait.timed_out_in_line(first);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(
+            wait.waited_behind_others(behind, WAITED),
+            Some(Behind::TimedOutAhead)
+        );
+        // Nothing of the kind during the wait of one sent after that: an
+        // endpoint that stopped answering fails its rows in the end.
+        let later = Instant::now();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(wait.waited_behind_others(later, WAITED), None);
     }
 }

@@ -6,6 +6,7 @@ use super::admission::Admitted;
 use super::breaker::BreakerState;
 use super::controller::Signal;
 use super::dispatch::{Answer, AttemptFailure, FailureKind, Timeouts, not_json};
+use super::queue_wait::Behind;
 use super::retry::{self, RetryCause, RetryPolicy, Verdict};
 use super::window::{RequestTokens, Sent, Tokens};
 use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
@@ -206,16 +207,18 @@ impl Endpoint {
                 FailureKind::Transport => Verdict::Transient,
             },
         };
-        let mut waited_in_line = false;
+        let mut behind = None;
         match verdict {
             Verdict::Success => {
                 self.attempt_timeout.answered(latency);
                 self.queue_wait.answered(started);
             }
             Verdict::Timeout if learned.is_some() => verdict = Verdict::Hung,
-            Verdict::Timeout if self.queue_wait.waited_behind_others(started, latency) => {
-                verdict = Verdict::Queued;
-                waited_in_line = true;
+            Verdict::Timeout => {
+                behind = self.queue_wait.waited_behind_others(started, latency);
+                if behind.is_some() {
+                    verdict = Verdict::Queued;
+                }
             }
             _ => {}
         }
@@ -228,12 +231,8 @@ impl Endpoint {
                 ),
                 ..failure
             }),
-            Err(failure) if waited_in_line => Err(AttemptFailure {
-                message: format!(
-                    "{}, while the endpoint answered requests sent before it: it waited in the \
-                     endpoint's queue",
-                    failure.message
-                ),
+            Err(failure) if behind.is_some() => Err(AttemptFailure {
+                message: format!("{}, {}", failure.message, behind.map_or("", Behind::says)),
                 ..failure
             }),
             other => other,
@@ -241,6 +240,9 @@ impl Endpoint {
         let served_while_queued = (verdict == Verdict::Queued)
             .then(|| self.queue_wait.answered_since(answers_at_send))
             .filter(|&served| served > 0);
+        if behind == Some(Behind::Answers) {
+            self.queue_wait.timed_out_in_line(started);
+        }
         Tried {
             result,
             verdict,
