@@ -13,6 +13,7 @@
 //! answers came back during the wait says how many the endpoint serves in
 //! a timeout, which bounds the limit (`Controller::timed_out_in_queue`).
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -20,6 +21,12 @@ use tokio::time::Instant;
 /// The share of an attempt's wait within which requests sent after it
 /// count as sent with it (see `QueueWait::waited_behind_others`).
 const SENT_TOGETHER: u32 = 20;
+
+/// Timeouts in the queue kept as ones a later timeout may have waited
+/// behind. Those told during one wait are at most the requests in flight,
+/// so this covers the pools most runs use; the oldest go first, being the
+/// least likely to have come during a wait still under way.
+const TIMED_OUT_KEPT: usize = 256;
 
 #[derive(Default)]
 pub struct QueueWait {
@@ -31,9 +38,9 @@ struct Answers {
     /// Successful answers so far.
     count: u64,
     latest: Option<Latest>,
-    /// The last attempt that timed out in the queue while answers came
-    /// back: when it was told, and when it was sent.
-    queued: Option<(Instant, Instant)>,
+    /// The latest attempts that timed out in the queue while answers came
+    /// back, at most `TIMED_OUT_KEPT`: when each was told, and when sent.
+    queued: VecDeque<(Instant, Instant)>,
 }
 
 /// What an attempt that ran out of time waited behind.
@@ -100,7 +107,11 @@ impl QueueWait {
     /// An attempt sent at `sent` timed out in the queue now, while answers
     /// came back (it waited behind `Behind::Answers`).
     pub fn timed_out_in_line(&self, sent: Instant) {
-        self.lock().queued = Some((Instant::now(), sent));
+        let mut answers = self.lock();
+        if answers.queued.len() == TIMED_OUT_KEPT {
+            answers.queued.pop_front();
+        }
+        answers.queued.push_back((Instant::now(), sent));
     }
 
     /// What an attempt sent at `sent` that ran out of time after `waited`
@@ -123,8 +134,11 @@ impl QueueWait {
         }
         answers
             .queued
-            .filter(|&(told, queued_sent)| told > sent && queued_sent <= together)
-            .map(|_| Behind::TimedOutAhead)
+            .iter()
+            .rev()
+            .take_while(|&&(told, _)| told > sent)
+            .any(|&(_, queued_sent)| queued_sent <= together)
+            .then_some(Behind::TimedOutAhead)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
@@ -200,9 +214,11 @@ mod tests {
         let behind = Instant::now();
         tokio::time::advance(Duration::from_secs(5)).await;
         // One sent before it, that saw answers, times out in line during
-        // its wait; nothing is answered.
+        // its wait, and then one sent after it; nothing is answered.
         wait.timed_out_in_line(first);
-        tokio::time::advance(Duration::from_secs(5)).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        wait.timed_out_in_line(behind + Duration::from_secs(2));
+        tokio::time::advance(Duration::from_secs(4)).await;
         assert_eq!(
             wait.waited_behind_others(behind, WAITED),
             Some(Behind::TimedOutAhead)
