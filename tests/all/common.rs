@@ -256,6 +256,23 @@ pub fn audit_value<T: rusqlite::types::FromSql>(ws: &Workspace, sql: &str) -> T 
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
+/// Every row of two columns `sql` selects from the workspace's default
+/// audit database, as pairs collected into `C` (a `Vec`, a map).
+pub fn audit_pairs<A, B, C>(ws: &Workspace, sql: &str) -> C
+where
+    A: rusqlite::types::FromSql,
+    B: rusqlite::types::FromSql,
+    C: FromIterator<(A, B)>,
+{
+    let conn = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// The status of the audit database's latest run.
 pub fn run_status(ws: &Workspace) -> String {
     audit_value::<String>(ws, "SELECT status FROM runs ORDER BY run_id DESC LIMIT 1")

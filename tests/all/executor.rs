@@ -637,14 +637,10 @@ async fn timeouts_behind_a_servers_queue_spend_no_retries() {
     .await;
     assert_eq!(code, Some(0), "{summary}");
     assert_all_answered(&rows, 6);
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let queued: Vec<(String, String)> = db
-        .prepare("SELECT coalesce(retry_cause, '-'), error FROM calls WHERE error IS NOT NULL")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let queued: Vec<(String, String)> = audit_pairs(
+        &ws,
+        "SELECT coalesce(retry_cause, '-'), error FROM calls WHERE error IS NOT NULL",
+    );
     assert!(!queued.is_empty(), "{summary}");
     for (cause, error) in &queued {
         assert_eq!(cause, "capacity", "{error}");
@@ -684,13 +680,7 @@ async fn a_timeout_in_a_servers_queue_sets_the_limit_to_what_it_answers() {
             && why.contains("in the endpoint's queue, which answered")),
         "no cut for a timeout in the queue among {decisions:?}; {summary}"
     );
-    let timed_out: u32 = db
-        .query_row(
-            "SELECT count(*) FROM calls WHERE error IS NOT NULL",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let timed_out: u32 = audit_value(&ws, "SELECT count(*) FROM calls WHERE error IS NOT NULL");
     assert!(timed_out <= 8, "{timed_out} attempts timed out; {summary}");
 }
 
@@ -1383,13 +1373,10 @@ fn assert_given_up(hung: &[(Option<i64>, String)]) {
 
 /// The status and error of every call given up for hung.
 fn hung_calls(ws: &Workspace) -> Vec<(Option<i64>, String)> {
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    db.prepare("SELECT status, error FROM calls WHERE retry_cause = 'hung'")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
+    audit_pairs(
+        ws,
+        "SELECT status, error FROM calls WHERE retry_cause = 'hung'",
+    )
 }
 
 #[tokio::test]

@@ -80,14 +80,8 @@ async fn components_of_each_supported_contract_run_side_by_side_in_one_pipeline(
         rows[1]["llm_response"], "echo: Q2: b",
         "the 0.3.0 component ran"
     );
-    let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let versions: Vec<(String, String)> = db
-        .prepare("SELECT name, wit_version FROM nodes ORDER BY node_id")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let versions: Vec<(String, String)> =
+        audit_pairs(&ws, "SELECT name, wit_version FROM nodes ORDER BY node_id");
     assert_eq!(
         versions,
         vec![

@@ -128,14 +128,10 @@ async fn auto_falls_back_to_json_object_at_once_when_the_server_refuses_json_sch
         );
     }
     assert!(took < Duration::from_secs(10), "took {took:?}");
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let calls: Vec<(i64, String)> = db
-        .prepare("SELECT status, coalesce(retry_cause, '-') FROM calls ORDER BY started_at_ms, row_index, call_index")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let calls: Vec<(i64, String)> = audit_pairs(
+        &ws,
+        "SELECT status, coalesce(retry_cause, '-') FROM calls ORDER BY started_at_ms, row_index, call_index",
+    );
     assert_eq!(calls.len(), 6, "{calls:?}");
     assert_eq!(
         calls[0],

@@ -48,14 +48,10 @@ fn pipeline(node: &str) -> String {
 }
 
 fn outcomes(ws: &Workspace) -> BTreeMap<String, i64> {
-    let db = Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let mut stmt = db
-        .prepare("SELECT outcome, count(*) FROM row_outcomes GROUP BY outcome")
-        .unwrap();
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
+    audit_pairs(
+        ws,
+        "SELECT outcome, count(*) FROM row_outcomes GROUP BY outcome",
+    )
 }
 
 #[tokio::test]

@@ -245,13 +245,10 @@ async fn a_guest_attachment_flood_is_cut_at_its_cap_and_the_audit_database_stays
     );
 
     let db = rusqlite::Connection::open(ws.path("weir-audit.sqlite")).unwrap();
-    let marks: Vec<(i64, String)> = db
-        .prepare("SELECT state_id, value FROM node_state_attributes WHERE key = 'weir.truncated'")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    let marks: Vec<(i64, String)> = audit_pairs(
+        &ws,
+        "SELECT state_id, value FROM node_state_attributes WHERE key = 'weir.truncated'",
+    );
     assert_eq!(marks.len(), 2, "one mark for each flooding row: {marks:?}");
     let offered: u64 = (0..100)
         .map(|i| format!("k{i}").len() as u64 + 100_000)

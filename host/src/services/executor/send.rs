@@ -222,8 +222,8 @@ impl Endpoint {
             }
             _ => {}
         }
-        let result = match result {
-            Err(failure) if verdict == Verdict::Hung => Err(AttemptFailure {
+        let result = match (result, behind) {
+            (Err(failure), _) if verdict == Verdict::Hung => Err(AttemptFailure {
                 message: format!(
                     "no answer within {:.1} s, while the endpoint's other answers came in time \
                      (adaptive_attempt_timeout): given up for hung",
@@ -231,11 +231,11 @@ impl Endpoint {
                 ),
                 ..failure
             }),
-            Err(failure) if behind.is_some() => Err(AttemptFailure {
-                message: format!("{}, {}", failure.message, behind.map_or("", Behind::says)),
+            (Err(failure), Some(behind)) => Err(AttemptFailure {
+                message: format!("{}, {}", failure.message, behind.says()),
                 ..failure
             }),
-            other => other,
+            (other, _) => other,
         };
         let served_while_queued = (verdict == Verdict::Queued)
             .then(|| self.queue_wait.answered_since(answers_at_send))
