@@ -1,8 +1,9 @@
-//! Runs that stop before their source is done: an endpoint that is down or
-//! refuses the run's key, SIGINT and SIGTERM. Each ends at once with one
-//! message, leaves the rows it did not finish without an outcome, and a
-//! resume finishes them: every row once, no request sent twice. The endpoint
-//! is the test LLM server, a test tool; `weir` is the real binary.
+//! Runs that stop before their source is done: an endpoint that is down,
+//! stops answering or refuses the run's key, SIGINT and SIGTERM. Each ends at
+//! once with one message, leaves the rows it did not finish without an
+//! outcome, and a resume finishes them: every row once, no request sent
+//! twice. The endpoint is the test LLM server, a test tool; `weir` is the
+//! real binary.
 
 use crate::common::*;
 use std::time::{Duration, Instant};
@@ -93,6 +94,86 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_every_row_once(&ws, 2000);
     assert_eq!(server.served().len(), 2000);
+    assert_eq!(run_status(&ws), "completed");
+}
+
+#[tokio::test]
+async fn a_server_that_stops_answering_stops_the_run_two_timeouts_later_and_a_resume_finishes_it() {
+    // A local model server serving two at a time whose GPU hangs after 40
+    // requests: nothing is answered again, not even what it had in hand.
+    let server = TestLlmServer::start(Script {
+        serve_at_once: Some(2),
+        latency: Duration::from_millis(100),
+        stall_after: Some(40),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(200));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with(
+            "in.csv",
+            "out.csv",
+            "request_timeout_seconds: 1
+abort_after_seconds: 3
+breaker_cooldown_seconds: 0.5",
+            "",
+            ECHO_OPTIONS,
+        ),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("endpoint `llm` is down")
+            && message.contains("no answer within 1 s (request_timeout_seconds)"),
+        "{message}"
+    );
+    // The adaptive limit is down to one or two by then: ten timeouts in a
+    // row, the count alone, would have taken ten seconds.
+    let opened: String = audit_value(
+        &ws,
+        "SELECT detail FROM endpoint_events WHERE event = 'breaker_open' ORDER BY at_ms LIMIT 1",
+    );
+    let failures: u32 = opened
+        .split(" failures in a row over ")
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("opened on the count, not on the span: {opened}"));
+    assert!((2..10).contains(&failures), "{opened}");
+    assert_eq!(
+        audit_value::<i64>(
+            &ws,
+            "SELECT count(*) FROM row_outcomes WHERE outcome != 'completed'"
+        ),
+        0,
+        "no row was recorded as failed"
+    );
+    let finished: i64 = audit_value(&ws, "SELECT count(*) FROM row_outcomes");
+    assert!(
+        (30..=40).contains(&finished),
+        "{finished} rows before the stall"
+    );
+    assert_eq!(run_status(&ws), "interrupted");
+
+    let address = server.base_url()["http://".len()..]
+        .trim_end_matches("/v1")
+        .to_string();
+    drop(server);
+    let server = rebind(&address).await;
+    let out = weir(
+        &["run", p.to_str().unwrap(), "--resume"],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_every_row_once(&ws, 200);
+    assert_eq!(server.served().len(), 200 - finished as usize);
     assert_eq!(run_status(&ws), "completed");
 }
 

@@ -109,6 +109,11 @@ pub struct Script {
     /// (n, length): once n requests have arrived, every request gets 500 for
     /// this long, however long the client took to start.
     pub outage_after: Option<(u64, Duration)>,
+    /// Once this many requests have arrived, the server answers nothing
+    /// more: the requests it is serving or queueing and every later one wait
+    /// until their client hangs up, as a model server whose GPU hung does.
+    /// Batch lines are not held.
+    pub stall_after: Option<u64>,
     /// This share of requests (0 to 1) gets one of `fault_kinds`, chosen by a
     /// hash of the request's sequence number, so runs repeat exactly.
     pub fault_rate: f64,
@@ -195,6 +200,7 @@ impl Default for Script {
             output_tokens_per_minute: None,
             outage: None,
             outage_after: None,
+            stall_after: None,
             fault_rate: 0.0,
             fault_kinds: Vec::new(),
             faults_first: 0,
@@ -309,6 +315,8 @@ struct Shared {
     count: AtomicU64,
     /// When `Script::outage_after` began.
     outage_began: std::sync::OnceLock<Instant>,
+    /// True once `Script::stall_after` requests have arrived.
+    stalled: tokio::sync::watch::Sender<bool>,
     log: Mutex<Vec<Served>>,
     queue: Option<queue::ServingQueue>,
     /// `http://host:port`, for URLs the server hands out.
@@ -349,6 +357,7 @@ impl TestLlmServer {
             peak_in_flight: AtomicUsize::new(0),
             count: AtomicU64::new(0),
             outage_began: std::sync::OnceLock::new(),
+            stalled: tokio::sync::watch::Sender::new(false),
             log: Mutex::new(Vec::new()),
             root: format!("http://{addr}"),
             batch: batch::Store::default(),
@@ -702,6 +711,38 @@ fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault
 
 #[allow(clippy::too_many_arguments)]
 async fn answer(
+    shared: &Shared,
+    sequence: u64,
+    in_flight: usize,
+    path: &str,
+    headers: &HeaderMap,
+    body: &str,
+    wire: Option<&Value>,
+    arrival: Arrival,
+) -> Response {
+    let answering = answer_now(
+        shared, sequence, in_flight, path, headers, body, wire, arrival,
+    );
+    let Some(stall_after) = shared.script.stall_after.filter(|_| arrival == Online) else {
+        return answering.await;
+    };
+    if sequence > stall_after {
+        shared.stalled.send_replace(true);
+    }
+    let mut stalled = shared.stalled.subscribe();
+    let stall = async move {
+        // The guard `wait_for` returns is not `Send`: dropped at once.
+        let _ = stalled.wait_for(|stalled| *stalled).await.map(drop);
+    };
+    tokio::select! {
+        answered = answering => answered,
+        // Held until the client hangs up, which drops this future.
+        () = stall => std::future::pending().await,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn answer_now(
     shared: &Shared,
     sequence: u64,
     in_flight: usize,

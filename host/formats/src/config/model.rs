@@ -181,7 +181,8 @@ pub struct EndpointSpec {
     #[serde(default)]
     pub tokens_per_minute: Option<u32>,
     /// Failures in a row (broken connections, timeouts, 5xx other than 503)
-    /// that open the circuit breaker.
+    /// that open the circuit breaker; two or more in a row over a whole
+    /// `request_timeout_seconds` open it too.
     #[serde(default = "defaults::breaker_failures")]
     pub breaker_failures: u32,
     /// How long the breaker stays open before a probe request.

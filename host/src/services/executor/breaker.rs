@@ -1,7 +1,10 @@
 //! The circuit breaker of one endpoint.
 //!
 //! Closed: requests flow; `threshold` failures in a row (broken connections,
-//! timeouts, 5xx other than capacity answers) open it. Open: requests wait
+//! timeouts, 5xx other than capacity answers) open it, and so do two or more
+//! failures in a row over a whole request timeout: at a limit of one or two,
+//! as a server that hung leaves the adaptive limit, `threshold` timeouts
+//! would take `threshold` timeouts' time. Open: requests wait
 //! (until their own deadline at most) instead of failing, for `cooldown`.
 //! Then one request goes through as a probe (half-open): its success closes
 //! the breaker, its failure opens it again. Capacity answers (429/503/529)
@@ -39,6 +42,8 @@ pub struct Transition {
 
 pub struct Breaker {
     threshold: u32,
+    /// Failures in a row over this long open the breaker, however few.
+    span: Duration,
     cooldown: Duration,
     state: Mutex<Inner>,
     notify: Notify,
@@ -47,6 +52,8 @@ pub struct Breaker {
 struct Inner {
     state: BreakerState,
     consecutive_failures: u32,
+    /// When the first of `consecutive_failures` was recorded.
+    streak_began: Instant,
     open_until: Instant,
     probe_out: bool,
     /// When the breaker last left `Closed`, while it has not closed again.
@@ -62,13 +69,16 @@ pub struct Ticket {
 }
 
 impl Breaker {
-    pub fn new(threshold: u32, cooldown: Duration) -> Self {
+    /// `span`: the request timeout.
+    pub fn new(threshold: u32, span: Duration, cooldown: Duration) -> Self {
         Self {
             threshold: threshold.max(1),
+            span,
             cooldown,
             state: Mutex::new(Inner {
                 state: BreakerState::Closed,
                 consecutive_failures: 0,
+                streak_began: Instant::now(),
                 open_until: Instant::now(),
                 probe_out: false,
                 opened_at: None,
@@ -162,16 +172,25 @@ impl Breaker {
                     })
                 }
                 (Some(why), BreakerState::Closed) => {
+                    let now = Instant::now();
+                    if s.consecutive_failures == 0 {
+                        s.streak_began = now;
+                    }
                     s.consecutive_failures += 1;
-                    (s.consecutive_failures >= self.threshold).then(|| {
-                        let now = Instant::now();
+                    let lasted = now - s.streak_began;
+                    let over_span = s.consecutive_failures >= 2 && lasted >= self.span;
+                    (s.consecutive_failures >= self.threshold || over_span).then(|| {
                         s.state = BreakerState::Open;
                         s.open_until = now + self.cooldown;
                         s.opened_at = Some(now);
+                        let over = match over_span && s.consecutive_failures < self.threshold {
+                            true => format!(" over {:.1} s", lasted.as_secs_f64()),
+                            false => String::new(),
+                        };
                         Transition {
                             to: BreakerState::Open,
                             reason: format!(
-                                "{} failures in a row; the last: {why}",
+                                "{} failures in a row{over}; the last: {why}",
                                 s.consecutive_failures
                             ),
                         }
@@ -191,7 +210,7 @@ mod tests {
 
     #[tokio::test]
     async fn opens_after_the_threshold_and_closes_after_a_good_probe() {
-        let breaker = Breaker::new(3, Duration::from_millis(40));
+        let breaker = Breaker::new(3, Duration::from_secs(60), Duration::from_millis(40));
         let closed = Ticket { probe: false };
         assert_eq!(breaker.record(closed, Some("reset")), None);
         assert_eq!(
@@ -231,7 +250,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn counts_the_time_it_was_not_closed() {
-        let breaker = Breaker::new(1, Duration::from_secs(2));
+        let breaker = Breaker::new(1, Duration::from_secs(60), Duration::from_secs(2));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(breaker.open_time(), Duration::ZERO);
         breaker.record(Ticket { probe: false }, Some("refused"));
@@ -246,9 +265,39 @@ mod tests {
         assert_eq!(breaker.open_time(), Duration::from_secs(5), "closed");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn failures_in_a_row_over_a_request_timeout_open_it_however_few() {
+        let breaker = Breaker::new(10, Duration::from_secs(120), Duration::from_secs(5));
+        let closed = Ticket { probe: false };
+        assert_eq!(breaker.record(closed, Some("no answer within 120 s")), None);
+        tokio::time::sleep(Duration::from_secs(119)).await;
+        assert_eq!(
+            breaker.record(closed, Some("no answer within 120 s")),
+            None,
+            "two failures within a request timeout of each other are not enough"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let opened = breaker
+            .record(closed, Some("no answer within 120 s"))
+            .unwrap();
+        assert_eq!(opened.to, BreakerState::Open);
+        assert_eq!(
+            opened.reason,
+            "3 failures in a row over 120.0 s; the last: no answer within 120 s"
+        );
+
+        // A success starts the count and its span again.
+        let (probe, _) = breaker.admit(None).await;
+        breaker.record(probe.unwrap(), None);
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(breaker.record(closed, Some("reset")), None);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(breaker.record(closed, Some("reset")), None, "60 s of 120");
+    }
+
     #[tokio::test]
     async fn a_failed_probe_opens_it_again() {
-        let breaker = Breaker::new(1, Duration::from_millis(10));
+        let breaker = Breaker::new(1, Duration::from_secs(60), Duration::from_millis(10));
         breaker.record(Ticket { probe: false }, Some("refused"));
         let (ticket, _) = breaker.admit(None).await;
         let reopened = breaker.record(ticket.unwrap(), Some("refused")).unwrap();

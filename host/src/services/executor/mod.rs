@@ -251,6 +251,7 @@ impl Endpoint {
             ),
             breaker: Breaker::new(
                 spec.breaker_failures,
+                Duration::from_secs_f64(spec.request_timeout_seconds),
                 Duration::from_secs_f64(spec.breaker_cooldown_seconds),
             ),
             rates: RateLimits::new(spec.requests_per_minute, spec.tokens_per_minute),

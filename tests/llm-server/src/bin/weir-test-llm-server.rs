@@ -113,6 +113,11 @@ struct Args {
     /// to a token), with `finish_reason: length`.
     #[arg(long)]
     cut_at_max_tokens: bool,
+    /// Once this many requests have arrived, answer nothing more: every
+    /// request being served, queued or arriving waits until its client
+    /// hangs up, as a model server whose GPU hung does.
+    #[arg(long)]
+    stall_after: Option<u64>,
 }
 
 #[tokio::main]
@@ -181,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
         batch_expire_marker: args.batch_expire_marker,
         refuse_json_schema: args.refuse_json_schema,
         cut_at_max_tokens: args.cut_at_max_tokens,
+        stall_after: args.stall_after,
         record: false,
         bursts,
         ..base
