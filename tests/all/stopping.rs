@@ -99,8 +99,30 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
 
 #[tokio::test]
 async fn a_server_that_stops_answering_stops_the_run_two_timeouts_later_and_a_resume_finishes_it() {
-    // A local model server serving two at a time whose GPU hangs after 40
-    // requests: nothing is answered again, not even what it had in hand.
+    stall_stops_the_run_and_a_resume_finishes_it(
+        "request_timeout_seconds: 1",
+        "no answer within 1 s (request_timeout_seconds)",
+    )
+    .await;
+}
+
+/// A first-byte timeout is retried as a queue's; with nothing answered it
+/// still counts towards the breaker, or the stalled server would be
+/// retried for all of `max_capacity_retry_seconds`.
+#[tokio::test]
+async fn a_server_that_stops_answering_stops_the_run_behind_a_first_byte_timeout_too() {
+    stall_stops_the_run_and_a_resume_finishes_it(
+        "first_byte_timeout_seconds: 1",
+        "no answer began within 1 s (first_byte_timeout_seconds), while nothing came back from \
+         the endpoint",
+    )
+    .await;
+}
+
+/// A local model server serving two at a time whose GPU hangs after 40
+/// requests: nothing is answered again, not even what it had in hand. The
+/// run, with `timeout` (the endpoint's line), stops saying `says`.
+async fn stall_stops_the_run_and_a_resume_finishes_it(timeout: &str, says: &str) {
     let server = TestLlmServer::start(Script {
         serve_at_once: Some(2),
         latency: Duration::from_millis(100),
@@ -116,9 +138,7 @@ async fn a_server_that_stops_answering_stops_the_run_two_timeouts_later_and_a_re
         &pipeline_with(
             "in.csv",
             "out.csv",
-            "request_timeout_seconds: 1
-abort_after_seconds: 3
-breaker_cooldown_seconds: 0.5",
+            &format!("{timeout}\nabort_after_seconds: 3\nbreaker_cooldown_seconds: 0.5"),
             "",
             ECHO_OPTIONS,
         ),
@@ -127,8 +147,7 @@ breaker_cooldown_seconds: 0.5",
     let message = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{message}");
     assert!(
-        message.contains("endpoint `llm` is down")
-            && message.contains("no answer within 1 s (request_timeout_seconds)"),
+        message.contains("endpoint `llm` is down") && message.contains(says),
         "{message}"
     );
     // The adaptive limit is down to one or two by then: ten timeouts in a
@@ -173,7 +192,20 @@ breaker_cooldown_seconds: 0.5",
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_every_row_once(&ws, 200);
-    assert_eq!(server.served().len(), 200 - finished as usize);
+    // Only the rows not finished are asked again (an attempt that ran out
+    // of its 1 s on a loaded machine is asked twice); an answer that came as
+    // the run stopped, its row unfinished, is replayed from the audit trail.
+    let asked: std::collections::HashSet<String> = server
+        .served()
+        .into_iter()
+        .map(|served| served.user_message)
+        .collect();
+    let replayed: i64 = audit_value(&ws, "SELECT count(*) FROM calls WHERE replayed = 1");
+    assert_eq!(
+        asked.len() as i64 + replayed,
+        200 - finished,
+        "{replayed} replayed"
+    );
     assert_eq!(run_status(&ws), "completed");
 }
 

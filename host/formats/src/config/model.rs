@@ -151,7 +151,9 @@ pub struct EndpointSpec {
     /// of answering 429 (llama.cpp, vLLM, Ollama) holds a request's answer
     /// back while it waits in its queue: past this, the attempt counts as a
     /// capacity answer — retried until `max_capacity_retry_seconds` without
-    /// spending `max_retries`, and a sign of overload to the adaptive limit.
+    /// spending `max_retries`, and a sign of overload to the adaptive limit;
+    /// one with no answer from the endpoint meanwhile (and no timeout ahead
+    /// of it in the queue) counts towards the breaker too.
     /// Unset: only `request_timeout_seconds` applies.
     #[serde(default)]
     pub first_byte_timeout_seconds: Option<f64>,
@@ -182,7 +184,8 @@ pub struct EndpointSpec {
     pub tokens_per_minute: Option<u32>,
     /// Failures in a row (broken connections, timeouts, 5xx other than 503)
     /// that open the circuit breaker; two or more in a row over a whole
-    /// `request_timeout_seconds` open it too.
+    /// `request_timeout_seconds` (`first_byte_timeout_seconds` when shorter)
+    /// open it too.
     #[serde(default = "defaults::breaker_failures")]
     pub breaker_failures: u32,
     /// How long the breaker stays open before a probe request.

@@ -69,7 +69,7 @@ pub struct Ticket {
 }
 
 impl Breaker {
-    /// `span`: the request timeout.
+    /// `span`: the request timeout, or the first-byte timeout when shorter.
     pub fn new(threshold: u32, span: Duration, cooldown: Duration) -> Self {
         Self {
             threshold: threshold.max(1),

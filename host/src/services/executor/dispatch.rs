@@ -117,8 +117,7 @@ impl AttemptFailure {
     fn no_first_byte(after: Duration) -> Self {
         Self {
             message: format!(
-                "no answer began within {} s (first_byte_timeout_seconds): the request \
-                 waited in the endpoint's queue",
+                "no answer began within {} s (first_byte_timeout_seconds)",
                 after.as_secs_f64()
             ),
             kind: FailureKind::NoFirstByte,

@@ -251,7 +251,12 @@ impl Endpoint {
             ),
             breaker: Breaker::new(
                 spec.breaker_failures,
-                Duration::from_secs_f64(spec.request_timeout_seconds),
+                // The first timeout a hung request meets.
+                Duration::from_secs_f64(
+                    spec.first_byte_timeout_seconds
+                        .unwrap_or(spec.request_timeout_seconds)
+                        .min(spec.request_timeout_seconds),
+                ),
                 Duration::from_secs_f64(spec.breaker_cooldown_seconds),
             ),
             rates: RateLimits::new(spec.requests_per_minute, spec.tokens_per_minute),

@@ -28,6 +28,9 @@ struct Tried {
     /// It ran out of time in the endpoint's queue, which answered this
     /// many requests while it waited.
     served_while_queued: Option<u32>,
+    /// What shows that a timeout waited behind others in the endpoint's
+    /// queue, if anything does.
+    behind: Option<Behind>,
 }
 
 impl Endpoint {
@@ -220,6 +223,9 @@ impl Endpoint {
                     verdict = Verdict::Queued;
                 }
             }
+            // Retried as a capacity answer either way: with nothing behind
+            // it, it still tells the breaker (below) that nothing came back.
+            Verdict::Queued => behind = self.queue_wait.waited_behind_others(started, latency),
             _ => {}
         }
         let result = match (result, behind) {
@@ -235,6 +241,15 @@ impl Endpoint {
                 message: format!("{}, {}", failure.message, behind.says()),
                 ..failure
             }),
+            (Err(failure), None) if failure.kind == FailureKind::NoFirstByte => {
+                Err(AttemptFailure {
+                    message: format!(
+                        "{}, while nothing came back from the endpoint",
+                        failure.message
+                    ),
+                    ..failure
+                })
+            }
             (other, _) => other,
         };
         let served_while_queued = (verdict == Verdict::Queued)
@@ -250,6 +265,7 @@ impl Endpoint {
             started_at_ms,
             latency,
             served_while_queued,
+            behind,
         }
     }
 
@@ -276,9 +292,12 @@ impl Endpoint {
         asked_tokens: Tokens,
     ) {
         // Capacity answers and a server's queue say the endpoint is busy,
-        // not broken: they never open the breaker.
+        // not broken: they never open the breaker. A first-byte timeout
+        // that no answer and no timeout ahead of it in line explain may be
+        // a server that hung: counted, or a hung server would be retried
+        // as a queue for all of `max_capacity_retry_seconds`.
         let failure = match (&tried.result, tried.verdict) {
-            (Err(_), Verdict::Queued) => None,
+            (Err(_), Verdict::Queued) if tried.behind.is_some() => None,
             (Err(f), _) => Some(f.message.clone()),
             (Ok(a), Verdict::Transient) => Some(format!("HTTP {}", a.status)),
             (Ok(a), Verdict::NotJson) => Some(not_json(a)),
