@@ -546,7 +546,7 @@ async fn chat(
 ) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let (_in_flight, now) = InFlight::count(shared.clone());
-    answer(
+    let answering = answer(
         &shared,
         sequence,
         now,
@@ -555,8 +555,8 @@ async fn chat(
         &body,
         None,
         Online,
-    )
-    .await
+    );
+    unless_stalled(&shared, sequence, answering).await
 }
 
 /// A request counted in flight until it is answered, or until its client
@@ -590,7 +590,7 @@ async fn answer_as_chat(
 ) -> Response {
     let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
     let (_in_flight, now) = InFlight::count(shared.clone());
-    answer(
+    let answering = answer(
         shared,
         sequence,
         now,
@@ -599,8 +599,8 @@ async fn answer_as_chat(
         chat_body,
         Some(wire),
         Online,
-    )
-    .await
+    );
+    unless_stalled(shared, sequence, answering).await
 }
 
 /// Whether a request came on its own or as a line of a batch.
@@ -709,21 +709,14 @@ fn fault_for(script: &Script, sequence: u64, user_message: &str) -> Option<Fault
         .then(|| script.fault_kinds[(h % script.fault_kinds.len() as u64) as usize])
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn answer(
+/// `answering`, a request that came on its own, unless `Script::stall_after`
+/// requests have arrived before it is answered: then nothing.
+async fn unless_stalled(
     shared: &Shared,
     sequence: u64,
-    in_flight: usize,
-    path: &str,
-    headers: &HeaderMap,
-    body: &str,
-    wire: Option<&Value>,
-    arrival: Arrival,
+    answering: impl Future<Output = Response>,
 ) -> Response {
-    let answering = answer_now(
-        shared, sequence, in_flight, path, headers, body, wire, arrival,
-    );
-    let Some(stall_after) = shared.script.stall_after.filter(|_| arrival == Online) else {
+    let Some(stall_after) = shared.script.stall_after else {
         return answering.await;
     };
     if sequence > stall_after {
@@ -742,7 +735,7 @@ async fn answer(
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn answer_now(
+async fn answer(
     shared: &Shared,
     sequence: u64,
     in_flight: usize,
