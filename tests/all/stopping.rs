@@ -86,11 +86,7 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
     let server = TestLlmServer::bind(Script::default(), &format!("127.0.0.1:{port}"))
         .await
         .unwrap();
-    let out = weir(
-        &["run", p.to_str().unwrap(), "--resume"],
-        &[("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)],
-    )
-    .await;
+    let out = resume_with_key(&p, &base_url).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_every_row_once(&ws, 2000);
     assert_eq!(server.served().len(), 2000);
@@ -177,19 +173,10 @@ async fn stall_stops_the_run_and_a_resume_finishes_it(timeout: &str, says: &str)
     );
     assert_eq!(run_status(&ws), "interrupted");
 
-    let address = server.base_url()["http://".len()..]
-        .trim_end_matches("/v1")
-        .to_string();
+    let base_url = server.base_url();
     drop(server);
-    let server = rebind(&address).await;
-    let out = weir(
-        &["run", p.to_str().unwrap(), "--resume"],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let server = rebind(&base_url).await;
+    let out = resume_with_key(&p, &base_url).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_every_row_once(&ws, 200);
     // Only the rows not finished are asked again (an attempt that ran out
@@ -331,14 +318,7 @@ async fn sigint_lets_calls_in_flight_finish_then_ends_resumable_with_the_summary
     });
     assert_eq!(locks.count(), 0, "the run's lock was released");
 
-    let out = weir(
-        &["run", p.to_str().unwrap(), "--resume"],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
+    let out = resume_with_key(&p, &server.base_url()).await;
     let message = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{message}");
     assert_every_row_once(&ws, SLOW_ECHO_ROWS);
@@ -393,20 +373,9 @@ async fn a_second_sigterm_stops_at_once_and_the_run_still_resumes() {
 
     // The same endpoint, answering at once now.
     let base_url = server.base_url();
-    let address = base_url
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1")
-        .to_string();
     drop(server);
-    let fast = rebind(&address).await;
-    let out = weir(
-        &["run", p.to_str().unwrap(), "--resume"],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &fast.base_url()),
-        ],
-    )
-    .await;
+    let _fast = rebind(&base_url).await;
+    let out = resume_with_key(&p, &base_url).await;
     let message = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{message}");
     assert!(
@@ -416,8 +385,12 @@ async fn a_second_sigterm_stops_at_once_and_the_run_still_resumes() {
     assert_every_row_once(&ws, 40);
 }
 
-/// A fresh server on the address a dropped one held, once the port is free.
-async fn rebind(address: &str) -> TestLlmServer {
+/// A fresh server on the address of a dropped one whose `base_url` this
+/// was, once the port is free.
+async fn rebind(base_url: &str) -> TestLlmServer {
+    let address = base_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1");
     for _ in 0..50 {
         if let Ok(server) = TestLlmServer::bind(Script::default(), address).await {
             return server;
