@@ -251,11 +251,11 @@ impl Endpoint {
             ),
             breaker: Breaker::new(
                 spec.breaker_failures,
-                // The first timeout a hung request meets.
+                // The first timeout a hung request meets (the first-byte
+                // one is validated no longer than the request's).
                 Duration::from_secs_f64(
                     spec.first_byte_timeout_seconds
-                        .unwrap_or(spec.request_timeout_seconds)
-                        .min(spec.request_timeout_seconds),
+                        .unwrap_or(spec.request_timeout_seconds),
                 ),
                 Duration::from_secs_f64(spec.breaker_cooldown_seconds),
             ),

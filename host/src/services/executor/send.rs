@@ -217,15 +217,16 @@ impl Endpoint {
                 self.queue_wait.answered(started);
             }
             Verdict::Timeout if learned.is_some() => verdict = Verdict::Hung,
-            Verdict::Timeout => {
+            // A timeout behind others waited in the endpoint's queue. A
+            // first-byte timeout is retried as a queue's either way; with
+            // nothing behind it, it tells the breaker (below) that nothing
+            // came back.
+            Verdict::Timeout | Verdict::Queued => {
                 behind = self.queue_wait.waited_behind_others(started, latency);
                 if behind.is_some() {
                     verdict = Verdict::Queued;
                 }
             }
-            // Retried as a capacity answer either way: with nothing behind
-            // it, it still tells the breaker (below) that nothing came back.
-            Verdict::Queued => behind = self.queue_wait.waited_behind_others(started, latency),
             _ => {}
         }
         let result = match (result, behind) {
