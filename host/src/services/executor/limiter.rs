@@ -69,6 +69,8 @@ struct State {
     woken_early: usize,
     /// The rows still to enter the run, once told.
     rows_to_come: Option<Arc<RowsToCome>>,
+    /// When the run's last stretch began, while it lasts (see `in_tail`).
+    tail_began: Option<Instant>,
 }
 
 pub struct Permit<'a> {
@@ -142,6 +144,7 @@ impl Limiter {
                 backing_off: VecDeque::new(),
                 woken_early: 0,
                 rows_to_come: None,
+                tail_began: None,
             }),
         }
     }
@@ -427,11 +430,16 @@ impl State {
     }
 
     /// Slots free at `now`.
-    fn room(&self, now: Instant) -> usize {
-        let limit = if self.in_tail(now) {
-            self.controller.tail_limit(now)
-        } else {
-            self.controller.limit()
+    fn room(&mut self, now: Instant) -> usize {
+        let limit = match self.in_tail(now) {
+            true => {
+                let began = *self.tail_began.get_or_insert(now);
+                self.controller.tail_limit(now, began)
+            }
+            false => {
+                self.tail_began = None;
+                self.controller.limit()
+            }
         };
         limit.saturating_sub(self.in_flight)
     }
@@ -494,7 +502,7 @@ impl State {
     /// Wakes the first in line, as many as there are free slots. One woken
     /// earlier and not yet on its way is woken again, which costs a flag and,
     /// when it runs, one more look at the line.
-    fn wake_those_with_room(&self, now: Instant) {
+    fn wake_those_with_room(&mut self, now: Instant) {
         let room = self.room(now);
         for waiter in self.retries_waiting.iter().chain(&self.waiting).take(room) {
             waiter.wake.notify_one();

@@ -484,10 +484,14 @@ impl Controller {
     /// refusal there would park its request for the server's Retry-After
     /// with nothing else left to send, holding the whole run open: probing
     /// beyond the edge only pays while a backlog keeps every slot in use.
-    pub fn tail_limit(&self, now: Instant) -> usize {
-        let fresh = self
-            .last_refusal
-            .is_some_and(|at| now.saturating_duration_since(at) < EDGE_FRESH);
+    /// An edge found as the stretch began (`tail_began`) holds to its end:
+    /// the limit held below it brings no refusal to find it again, and a
+    /// Retry-After of seconds makes the stretch seconds long.
+    pub fn tail_limit(&self, now: Instant, tail_began: Instant) -> usize {
+        let fresh = self.last_refusal.is_some_and(|at| {
+            now.saturating_duration_since(at) < EDGE_FRESH
+                || tail_began.saturating_duration_since(at) < EDGE_FRESH
+        });
         if self.slow_start || !fresh || !self.at_edge() {
             return self.limit();
         }
