@@ -1515,3 +1515,51 @@ async fn a_second_run_starts_from_the_limit_the_first_learned() {
     assert_eq!(first_limit(1), 4, "the first run slow-starts from 4");
     assert_eq!(first_limit(2), u64::from(start));
 }
+
+#[tokio::test]
+async fn a_reorder_window_that_held_rows_back_is_named_in_the_summary() {
+    // The first request is refused with a Retry-After of 1.5 s: its row
+    // waits that long, and a window of 4 rows fills behind it while the
+    // rest are ready to start. A window of 64 holds them all.
+    for (window, held) in [(4, true), (64, false)] {
+        let server = TestLlmServer::start(Script {
+            latency: Duration::from_millis(20),
+            faults_first: 1,
+            fault_kinds: vec![Fault::Status(429)],
+            retry_after_seconds: Some(1.5),
+            ..Script::default()
+        })
+        .await
+        .unwrap();
+        let (_ws, rows, code, summary) = run(
+            &server,
+            40,
+            "pool_size: 4\nadaptive_concurrency: false",
+            &format!("concurrency: 4\nreorder_window: {window}"),
+        )
+        .await;
+        assert_eq!(code, Some(0), "{summary}");
+        assert_all_answered(&rows, 40);
+        let line = summary
+            .lines()
+            .find(|l| l.trim_start().starts_with("held "));
+        match held {
+            true => {
+                let line = line.unwrap_or_else(|| panic!("no `held` line: {summary}"));
+                assert!(
+                    line.contains("node `ask`: rows ready to start waited")
+                        && line.contains(&format!("reorder window ({window} rows)")),
+                    "{line}"
+                );
+                let seconds: f64 = line
+                    .split("waited ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(" s").next())
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| panic!("no seconds in {line}"));
+                assert!((1.0..=1.6).contains(&seconds), "{line}");
+            }
+            false => assert_eq!(line, None, "{summary}"),
+        }
+    }
+}

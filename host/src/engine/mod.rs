@@ -21,7 +21,7 @@ mod source_check;
 mod stage;
 
 pub use merge::{Merged, merge};
-pub use report::{EndpointReport, RunReport, StoredSummary};
+pub use report::{EndpointReport, RunReport, StoredSummary, WindowHeldReport};
 // `weir test` runs a node's rows through exactly the code `weir run` uses.
 pub(crate) use setup::Node;
 pub(crate) use stage::Flow;
@@ -419,6 +419,16 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         })
         .filter(|&(_, rows)| rows > 0)
         .collect();
+    report.windows_held = prepared
+        .nodes
+        .iter()
+        .map(|n| WindowHeldReport {
+            node: n.config.name.clone(),
+            window: n.config.reorder_window,
+            held: n.window_held.total(),
+        })
+        .filter(|w| w.held >= report::WINDOW_HELD_TOLD)
+        .collect();
     drop(prepared);
     if let Some(audit) = audit {
         let audit = sole_owner(audit).await.ok_or_else(|| {
@@ -698,12 +708,14 @@ fn flow_through_nodes(
                 .boxed(),
             None => {
                 let wanted = Arc::clone(&node);
+                let held = Arc::clone(&node.window_held);
                 flows
                     .map(move |flow| Arc::clone(&node).process(flow, audit.clone()))
                     .ordered_window_following(
                         concurrency,
                         window,
                         Arc::new(move || wanted.rows_wanted()),
+                        held,
                     )
                     .boxed()
             }

@@ -13,7 +13,10 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Instant;
 
 pub trait OrderedWindowExt: Stream + Sized {
     /// See the module documentation. `window` is raised to `running` if
@@ -25,39 +28,43 @@ pub trait OrderedWindowExt: Stream + Sized {
     {
         let running = running.max(1);
         OrderedWindow {
-            futures: self.fuse(),
+            futures: self.fuse().peekable(),
             running_futures: FuturesUnordered::new(),
             finished: VecDeque::new(),
             oldest_seq: 0,
             running,
             running_now: None,
             window: window.max(running),
+            held: None,
         }
     }
 
     /// As `ordered_window`, with at most `running_now()` running, read each
-    /// time one could start, when that is fewer than `running`.
+    /// time one could start, when that is fewer than `running`. The time
+    /// during which the window alone kept a future from starting adds up in
+    /// `held`.
     fn ordered_window_following<T>(
         self,
         running: usize,
         window: usize,
         running_now: Arc<dyn Fn() -> usize + Send + Sync>,
+        held: Arc<WindowHeld>,
     ) -> OrderedWindow<Self, T>
     where
         Self::Item: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        OrderedWindow {
-            running_now: Some(running_now),
-            ..self.ordered_window(running, window)
-        }
+        let mut ordered = self.ordered_window(running, window);
+        ordered.running_now = Some(running_now);
+        ordered.held = Some((held, None));
+        ordered
     }
 }
 
 impl<S: Stream> OrderedWindowExt for S {}
 
-pub struct OrderedWindow<S, T> {
-    futures: futures::stream::Fuse<S>,
+pub struct OrderedWindow<S: Stream, T> {
+    futures: futures::stream::Peekable<futures::stream::Fuse<S>>,
     running_futures: FuturesUnordered<BoxFuture<'static, (u64, T)>>,
     /// Slot `i` holds the output of future `oldest_seq + i` once it finished;
     /// the next future started gets `oldest_seq + finished.len()`. Boxed: a
@@ -68,10 +75,31 @@ pub struct OrderedWindow<S, T> {
     running: usize,
     running_now: Option<Arc<dyn Fn() -> usize + Send + Sync>>,
     window: usize,
+    /// Where the time the window held futures back adds up, and since when
+    /// it holds them now.
+    held: Option<(Arc<WindowHeld>, Option<Instant>)>,
+}
+
+/// How long a window was full while a future could otherwise have started:
+/// the time the rows behind a slow one waited on it.
+#[derive(Debug, Default)]
+pub struct WindowHeld {
+    nanos: AtomicU64,
+}
+
+impl WindowHeld {
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+
+    fn add(&self, time: Duration) {
+        let nanos = u64::try_from(time.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
 }
 
 // Outputs are only moved, never pinned, so the window can move whatever they are.
-impl<S: Unpin, T> Unpin for OrderedWindow<S, T> {}
+impl<S: Stream + Unpin, T> Unpin for OrderedWindow<S, T> {}
 
 impl<S, T> OrderedWindow<S, T>
 where
@@ -98,6 +126,34 @@ where
                 }
                 Poll::Ready(None) | Poll::Pending => break,
             }
+        }
+        // Held back: room to run one more, and one ready to run, but the
+        // window is full.
+        let held_back = self.held.is_some()
+            && self.running_futures.len() < running
+            && self.finished.len() >= self.window
+            && matches!(
+                Pin::new(&mut self.futures).poll_peek(cx),
+                Poll::Ready(Some(_))
+            );
+        if let Some((held, since)) = &mut self.held {
+            match (held_back, *since) {
+                (true, None) => *since = Some(Instant::now()),
+                (false, Some(at)) => {
+                    held.add(at.elapsed());
+                    *since = None;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<S: Stream, T> Drop for OrderedWindow<S, T> {
+    /// A run stopped while the window held rows back counts that hold too.
+    fn drop(&mut self) {
+        if let Some((held, Some(since))) = &self.held {
+            held.add(since.elapsed());
         }
     }
 }
@@ -207,7 +263,12 @@ mod tests {
                     i
                 }
             })
-            .ordered_window_following(8, 50, Arc::new(move || follow.load(Ordering::SeqCst)));
+            .ordered_window_following(
+                8,
+                50,
+                Arc::new(move || follow.load(Ordering::SeqCst)),
+                Arc::default(),
+            );
         let mut seen = Vec::new();
         for _ in 0..10 {
             seen.push(outputs.next().await.unwrap());
@@ -221,6 +282,46 @@ mod tests {
             8,
             "never beyond the fixed bound"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_a_full_window_held_ready_futures_back_is_counted() {
+        // The first takes 10 s, the rest 1 ms, 4 at once in a window of 20:
+        // the window is full once 19 more have finished, about 5 ms in, and
+        // holds the other 80 back until the first ends.
+        let held = Arc::new(WindowHeld::default());
+        let out: Vec<u64> = stream::iter(0..100u64)
+            .map(|i| async move {
+                let ms = if i == 0 { 10_000 } else { 1 };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                i
+            })
+            .ordered_window_following(4, 20, Arc::new(|| 4), Arc::clone(&held))
+            .collect()
+            .await;
+        assert_eq!(out, (0..100).collect::<Vec<_>>());
+        let held = held.total();
+        assert!(
+            held > Duration::from_millis(9_900) && held <= Duration::from_secs(10),
+            "held {held:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_that_never_fills_holds_nothing_back() {
+        // As before, with a window larger than the stream: nothing waits.
+        let held = Arc::new(WindowHeld::default());
+        let out: Vec<u64> = stream::iter(0..100u64)
+            .map(|i| async move {
+                let ms = if i == 0 { 10_000 } else { 1 };
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                i
+            })
+            .ordered_window_following(4, 200, Arc::new(|| 4), Arc::clone(&held))
+            .collect()
+            .await;
+        assert_eq!(out.len(), 100);
+        assert_eq!(held.total(), Duration::ZERO);
     }
 
     #[tokio::test]

@@ -37,6 +37,9 @@ pub struct RunReport {
     /// By node: rows whose guest log lines or audit attachments were cut at
     /// their caps; nodes with none are left out.
     pub rows_truncated: Vec<(String, u64)>,
+    /// Nodes whose reorder window held rows back behind a slow one for
+    /// `WINDOW_HELD_TOLD` or longer.
+    pub windows_held: Vec<WindowHeldReport>,
     pub wall: Duration,
     pub sinks: Vec<PathBuf>,
     pub audit_path: Option<PathBuf>,
@@ -47,6 +50,19 @@ pub struct RunReport {
     pub stopped: Option<StopReason>,
     /// How to carry the run on: `weir run PIPELINE --resume`.
     pub resume_command: String,
+}
+
+/// Held back this long in all, a node's reorder window is named in the
+/// summary: shorter holds are a slow answer's ordinary wait.
+pub const WINDOW_HELD_TOLD: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+pub struct WindowHeldReport {
+    pub node: String,
+    /// Its `reorder_window`, in rows.
+    pub window: usize,
+    /// How long, in all, a row was ready to start but the window was full.
+    pub held: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -420,6 +436,17 @@ impl RunReport {
                 "  truncated {total} rows: guest log lines or attachments beyond \
                  limits.log_kb_per_row or limits.attach_kb_per_row were dropped ({})",
                 nodes.join(", ")
+            );
+        }
+        for w in &self.windows_held {
+            let _ = writeln!(
+                s,
+                "  held     node `{}`: rows ready to start waited {:.1} s on its reorder window \
+                 ({} rows), full behind a row still running (a retry, a long answer); a larger \
+                 `reorder_window` lets them go on meanwhile",
+                w.node,
+                w.held.as_secs_f64(),
+                w.window
             );
         }
         for sink in &self.sinks {

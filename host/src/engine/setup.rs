@@ -25,6 +25,8 @@ pub struct Node {
     pub traps_in_a_row: std::sync::atomic::AtomicU32,
     /// Rows whose guest log lines or audit attachments were cut at their caps.
     pub rows_truncated: std::sync::atomic::AtomicU64,
+    /// How long its reorder window held rows back behind a slow one.
+    pub window_held: Arc<super::ordered::WindowHeld>,
     pub runtime: Arc<NodeRuntime>,
     /// Its guest's time per call: whether its calls go to the guest threads.
     pub guest_cost: super::guest_cost::GuestCost,
@@ -297,6 +299,7 @@ impl Node {
             config,
             traps_in_a_row: Default::default(),
             rows_truncated: Default::default(),
+            window_held: Default::default(),
             guest_cost: Default::default(),
             runtime: Arc::new(runtime),
             guest_slots: batch_mode.then(|| {
