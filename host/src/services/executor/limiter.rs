@@ -434,7 +434,7 @@ impl State {
         let limit = match self.in_tail(now) {
             true => {
                 let began = *self.tail_began.get_or_insert(now);
-                self.controller.tail_limit(now, began)
+                self.controller.tail_limit(now, began, self.refusal_wait)
             }
             false => {
                 self.tail_began = None;

@@ -480,17 +480,22 @@ impl Controller {
 
     /// Requests allowed in flight in a run's last stretch (no new request
     /// comes, and those in line go out before a refused one would be sent
-    /// again): one slot below the edge, if a refusal found it lately. A
-    /// refusal there would park its request for the server's Retry-After
-    /// with nothing else left to send, holding the whole run open: probing
-    /// beyond the edge only pays while a backlog keeps every slot in use.
-    /// An edge found as the stretch began (`tail_began`) holds to its end:
-    /// the limit held below it brings no refusal to find it again, and a
-    /// Retry-After of seconds makes the stretch seconds long.
-    pub fn tail_limit(&self, now: Instant, tail_began: Instant) -> usize {
+    /// again, `refusal_wait` later): one slot below the edge, if a refusal
+    /// found it lately. A refusal there would park its request for the
+    /// server's Retry-After with nothing else left to send, holding the
+    /// whole run open: probing beyond the edge only pays while a backlog
+    /// keeps every slot in use. Where that wait is longer than `EDGE_FRESH`,
+    /// an edge found as the stretch began (`tail_began`) holds to its end:
+    /// the limit held below it brings no refusal to find it again, and the
+    /// stretch lasts the wait or longer. Where it is shorter, the hold ends
+    /// `EDGE_FRESH` after the last refusal, for a refusal there costs the
+    /// run no more: an edge set by refusals whatever the load would
+    /// otherwise hold the limit low to the end (`stress_extreme`, 2 s).
+    pub fn tail_limit(&self, now: Instant, tail_began: Instant, refusal_wait: Duration) -> usize {
         let fresh = self.last_refusal.is_some_and(|at| {
             now.saturating_duration_since(at) < EDGE_FRESH
-                || tail_began.saturating_duration_since(at) < EDGE_FRESH
+                || (refusal_wait > EDGE_FRESH
+                    && tail_began.saturating_duration_since(at) < EDGE_FRESH)
         });
         if self.slow_start || !fresh || !self.at_edge() {
             return self.limit();
