@@ -284,23 +284,28 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_time_a_full_window_held_ready_futures_back_is_counted() {
-        // The first takes 10 s, the rest 1 ms, 4 at once in a window of 20:
-        // the window is full once 19 more have finished, about 5 ms in, and
-        // holds the other 80 back until the first ends.
+    /// 100 futures, the first taking 10 s and the rest 1 ms, 4 at once in
+    /// `window`: their outputs, and how long the window held any back.
+    async fn slow_first_in_a_window_of(window: usize) -> (Vec<u64>, Duration) {
         let held = Arc::new(WindowHeld::default());
-        let out: Vec<u64> = stream::iter(0..100u64)
+        let out = stream::iter(0..100u64)
             .map(|i| async move {
                 let ms = if i == 0 { 10_000 } else { 1 };
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 i
             })
-            .ordered_window_following(4, 20, Arc::new(|| 4), Arc::clone(&held))
+            .ordered_window_following(4, window, Arc::new(|| 4), Arc::clone(&held))
             .collect()
             .await;
+        (out, held.total())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_time_a_full_window_held_ready_futures_back_is_counted() {
+        // A window of 20 is full once 19 quick ones have finished, about
+        // 5 ms in, and holds the other 80 back until the first ends.
+        let (out, held) = slow_first_in_a_window_of(20).await;
         assert_eq!(out, (0..100).collect::<Vec<_>>());
-        let held = held.total();
         assert!(
             held > Duration::from_millis(9_900) && held <= Duration::from_secs(10),
             "held {held:?}"
@@ -309,19 +314,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_window_that_never_fills_holds_nothing_back() {
-        // As before, with a window larger than the stream: nothing waits.
-        let held = Arc::new(WindowHeld::default());
-        let out: Vec<u64> = stream::iter(0..100u64)
-            .map(|i| async move {
-                let ms = if i == 0 { 10_000 } else { 1 };
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                i
-            })
-            .ordered_window_following(4, 200, Arc::new(|| 4), Arc::clone(&held))
-            .collect()
-            .await;
+        let (out, held) = slow_first_in_a_window_of(200).await;
         assert_eq!(out.len(), 100);
-        assert_eq!(held.total(), Duration::ZERO);
+        assert_eq!(held, Duration::ZERO);
     }
 
     #[tokio::test]

@@ -431,15 +431,12 @@ impl State {
 
     /// Slots free at `now`.
     fn room(&mut self, now: Instant) -> usize {
-        let limit = match self.in_tail(now) {
-            true => {
-                let began = *self.tail_began.get_or_insert(now);
-                self.controller.tail_limit(now, began, self.refusal_wait)
-            }
-            false => {
-                self.tail_began = None;
-                self.controller.limit()
-            }
+        let limit = if self.in_tail(now) {
+            let began = *self.tail_began.get_or_insert(now);
+            self.controller.tail_limit(now, began, self.refusal_wait)
+        } else {
+            self.tail_began = None;
+            self.controller.limit()
         };
         limit.saturating_sub(self.in_flight)
     }
