@@ -1543,23 +1543,22 @@ async fn a_reorder_window_that_held_rows_back_is_named_in_the_summary() {
         let line = summary
             .lines()
             .find(|l| l.trim_start().starts_with("held "));
-        match held {
-            true => {
-                let line = line.unwrap_or_else(|| panic!("no `held` line: {summary}"));
-                assert!(
-                    line.contains("node `ask`: rows ready to start waited")
-                        && line.contains(&format!("reorder window ({window} rows)")),
-                    "{line}"
-                );
-                let seconds: f64 = line
-                    .split("waited ")
-                    .nth(1)
-                    .and_then(|rest| rest.split(" s").next())
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| panic!("no seconds in {line}"));
-                assert!((1.0..=1.6).contains(&seconds), "{line}");
-            }
-            false => assert_eq!(line, None, "{summary}"),
+        if !held {
+            assert_eq!(line, None, "{summary}");
+            continue;
         }
+        let line = line.unwrap_or_else(|| panic!("no `held` line: {summary}"));
+        assert!(
+            line.contains("node `ask`: rows ready to start waited")
+                && line.contains(&format!("reorder window ({window} rows)")),
+            "{line}"
+        );
+        let seconds: f64 = line
+            .split("waited ")
+            .nth(1)
+            .and_then(|rest| rest.split(" s").next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no seconds in {line}"));
+        assert!((1.0..=1.6).contains(&seconds), "{line}");
     }
 }
