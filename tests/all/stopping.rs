@@ -115,6 +115,62 @@ async fn a_server_that_stops_answering_stops_the_run_behind_a_first_byte_timeout
     .await;
 }
 
+/// A local server that hangs after its first answers in 100 ms, the
+/// requests sent about then still out: answers that early say nothing of a
+/// wait a whole request timeout long, so the first timeouts count towards
+/// the breaker, which opens before any request
+/// sent after them could time out (with the defaults, two timeouts of 120 s
+/// sooner than when those answers had them taken for a queue's).
+#[tokio::test]
+async fn a_server_that_hangs_after_its_first_answers_opens_the_breaker_at_the_first_timeouts() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(100),
+        stall_after: Some(10),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(60));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with(
+            "in.csv",
+            "out.csv",
+            "request_timeout_seconds: 4\nabort_after_seconds: 1\nbreaker_cooldown_seconds: 0.5",
+            "",
+            ECHO_OPTIONS,
+        ),
+    );
+    let out = run_with_key(&p, &server.base_url()).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(message.contains("endpoint `llm` is down"), "{message}");
+    let queued: i64 = audit_value(&ws, "SELECT count(*) FROM calls WHERE error LIKE '%queue%'");
+    assert_eq!(queued, 0, "no timeout was taken for a queue's");
+    let first_timeouts_at: i64 = audit_value(
+        &ws,
+        "SELECT min(started_at_ms + latency_ms) FROM calls WHERE error LIKE 'no answer within%'",
+    );
+    let opened_at: i64 = audit_value(
+        &ws,
+        "SELECT min(at_ms) FROM endpoint_events WHERE event = 'breaker_open'",
+    );
+    assert!(
+        opened_at < first_timeouts_at + 4000,
+        "opened {} ms after the first timeouts",
+        opened_at - first_timeouts_at
+    );
+    assert_eq!(
+        audit_value::<i64>(
+            &ws,
+            "SELECT count(*) FROM row_outcomes WHERE outcome != 'completed'"
+        ),
+        0,
+        "no row was recorded as failed"
+    );
+}
+
 /// A local model server serving two at a time whose GPU hangs after 40
 /// requests: nothing is answered again, not even what it had in hand. The
 /// run, with `timeout` (the endpoint's line), stops saying `says`.

@@ -2,9 +2,11 @@
 //!
 //! Closed: requests flow; `threshold` failures in a row (broken connections,
 //! timeouts, 5xx other than capacity answers) open it, and so do two or more
-//! failures in a row over a whole request timeout: at a limit of one or two,
-//! as a server that hung leaves the adaptive limit, `threshold` timeouts
-//! would take `threshold` timeouts' time. Open: requests wait
+//! failures in a row once nothing has succeeded for a whole request timeout
+//! since the first of them was sent: at a limit of one or two, as a server
+//! that hung leaves the adaptive limit, `threshold` timeouts would take
+//! `threshold` timeouts' time, and the few requests a run starts with that
+//! time out together have already waited that whole timeout. Open: requests wait
 //! (until their own deadline at most) instead of failing, for `cooldown`.
 //! Then one request goes through as a probe (half-open): its success closes
 //! the breaker, its failure opens it again. Capacity answers (429/503/529)
@@ -52,8 +54,11 @@ pub struct Breaker {
 struct Inner {
     state: BreakerState,
     consecutive_failures: u32,
-    /// When the first of `consecutive_failures` was recorded.
+    /// Since when nothing has succeeded while `consecutive_failures` were
+    /// recorded: the earliest send among them, or the last success if later.
     streak_began: Instant,
+    /// When a request last succeeded (or was told busy: a live endpoint).
+    last_success: Instant,
     open_until: Instant,
     probe_out: bool,
     /// When the breaker last left `Closed`, while it has not closed again.
@@ -79,6 +84,7 @@ impl Breaker {
                 state: BreakerState::Closed,
                 consecutive_failures: 0,
                 streak_began: Instant::now(),
+                last_success: Instant::now(),
                 open_until: Instant::now(),
                 probe_out: false,
                 opened_at: None,
@@ -139,11 +145,20 @@ impl Breaker {
         }
     }
 
-    /// Records how an admitted request went. `failure`: a broken connection,
-    /// a timeout or a non-capacity 5xx. Returns the transition, if any.
-    pub fn record(&self, ticket: Ticket, failure: Option<&str>) -> Option<Transition> {
+    /// Records how an admitted request, sent at `sent`, went. `failure`: a
+    /// broken connection, a timeout or a non-capacity 5xx. Returns the
+    /// transition, if any.
+    pub fn record(
+        &self,
+        ticket: Ticket,
+        sent: Instant,
+        failure: Option<&str>,
+    ) -> Option<Transition> {
         let transition = {
             let mut s = self.state.lock().expect("breaker lock");
+            if failure.is_none() {
+                s.last_success = Instant::now();
+            }
             if ticket.probe {
                 s.probe_out = false;
             }
@@ -173,8 +188,9 @@ impl Breaker {
                 }
                 (Some(why), BreakerState::Closed) => {
                     let now = Instant::now();
-                    if s.consecutive_failures == 0 {
-                        s.streak_began = now;
+                    let failing_since = sent.max(s.last_success);
+                    if s.consecutive_failures == 0 || failing_since < s.streak_began {
+                        s.streak_began = failing_since;
                     }
                     s.consecutive_failures += 1;
                     let lasted = now - s.streak_began;
@@ -212,15 +228,17 @@ mod tests {
     async fn opens_after_the_threshold_and_closes_after_a_good_probe() {
         let breaker = Breaker::new(3, Duration::from_secs(60), Duration::from_millis(40));
         let closed = Ticket { probe: false };
-        assert_eq!(breaker.record(closed, Some("reset")), None);
+        assert_eq!(breaker.record(closed, Instant::now(), Some("reset")), None);
         assert_eq!(
-            breaker.record(closed, None),
+            breaker.record(closed, Instant::now(), None),
             None,
             "a success resets the count"
         );
-        assert_eq!(breaker.record(closed, Some("reset")), None);
-        assert_eq!(breaker.record(closed, Some("reset")), None);
-        let opened = breaker.record(closed, Some("timeout")).unwrap();
+        assert_eq!(breaker.record(closed, Instant::now(), Some("reset")), None);
+        assert_eq!(breaker.record(closed, Instant::now(), Some("reset")), None);
+        let opened = breaker
+            .record(closed, Instant::now(), Some("timeout"))
+            .unwrap();
         assert_eq!(opened.to, BreakerState::Open);
         assert!(
             opened.reason.contains("3 failures in a row"),
@@ -243,7 +261,9 @@ mod tests {
             None,
             "only one probe at a time"
         );
-        let closed_again = breaker.record(ticket.unwrap(), None).unwrap();
+        let closed_again = breaker
+            .record(ticket.unwrap(), Instant::now(), None)
+            .unwrap();
         assert_eq!(closed_again.to, BreakerState::Closed);
         assert_eq!(breaker.admit(soon).await.0, Some(Ticket { probe: false }));
     }
@@ -253,14 +273,14 @@ mod tests {
         let breaker = Breaker::new(1, Duration::from_secs(60), Duration::from_secs(2));
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(breaker.open_time(), Duration::ZERO);
-        breaker.record(Ticket { probe: false }, Some("refused"));
+        breaker.record(Ticket { probe: false }, Instant::now(), Some("refused"));
         // The first probe fails: open again, still one outage.
         let (probe, _) = breaker.admit(None).await;
-        breaker.record(probe.unwrap(), Some("refused"));
+        breaker.record(probe.unwrap(), Instant::now(), Some("refused"));
         let (probe, _) = breaker.admit(None).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(breaker.open_time(), Duration::from_secs(5), "under way");
-        breaker.record(probe.unwrap(), None);
+        breaker.record(probe.unwrap(), Instant::now(), None);
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(breaker.open_time(), Duration::from_secs(5), "closed");
     }
@@ -269,16 +289,19 @@ mod tests {
     async fn failures_in_a_row_over_a_request_timeout_open_it_however_few() {
         let breaker = Breaker::new(10, Duration::from_secs(120), Duration::from_secs(5));
         let closed = Ticket { probe: false };
-        assert_eq!(breaker.record(closed, Some("no answer within 120 s")), None);
+        assert_eq!(
+            breaker.record(closed, Instant::now(), Some("no answer within 120 s")),
+            None
+        );
         tokio::time::sleep(Duration::from_secs(119)).await;
         assert_eq!(
-            breaker.record(closed, Some("no answer within 120 s")),
+            breaker.record(closed, Instant::now(), Some("no answer within 120 s")),
             None,
             "two failures within a request timeout of each other are not enough"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         let opened = breaker
-            .record(closed, Some("no answer within 120 s"))
+            .record(closed, Instant::now(), Some("no answer within 120 s"))
             .unwrap();
         assert_eq!(opened.to, BreakerState::Open);
         assert_eq!(
@@ -288,19 +311,52 @@ mod tests {
 
         // A success starts the count and its span again.
         let (probe, _) = breaker.admit(None).await;
-        breaker.record(probe.unwrap(), None);
+        breaker.record(probe.unwrap(), Instant::now(), None);
         tokio::time::sleep(Duration::from_secs(600)).await;
-        assert_eq!(breaker.record(closed, Some("reset")), None);
+        assert_eq!(breaker.record(closed, Instant::now(), Some("reset")), None);
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert_eq!(breaker.record(closed, Some("reset")), None, "60 s of 120");
+        assert_eq!(
+            breaker.record(closed, Instant::now(), Some("reset")),
+            None,
+            "60 s of 120"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_that_time_out_together_a_whole_timeout_after_their_send_open_it() {
+        let breaker = Breaker::new(10, Duration::from_secs(120), Duration::from_secs(5));
+        let closed = Ticket { probe: false };
+        let start = Instant::now();
+        tokio::time::advance(Duration::from_secs(120)).await;
+        let (sent, timeout) = (start, "no answer within 120 s");
+        assert_eq!(breaker.record(closed, sent, Some(timeout)), None);
+        let opened = breaker.record(closed, sent, Some(timeout)).unwrap();
+        assert_eq!(
+            opened.reason,
+            "2 failures in a row over 120.0 s; the last: no answer within 120 s"
+        );
+
+        // Nothing failing counts from before the last success.
+        let (probe, _) = breaker.admit(None).await;
+        breaker.record(probe.unwrap(), Instant::now(), None);
+        let sent = start + Duration::from_secs(25);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(breaker.record(closed, sent, Some(timeout)), None);
+        assert_eq!(
+            breaker.record(closed, sent, Some(timeout)),
+            None,
+            "sent 160 s ago, but a request succeeded 60 s ago"
+        );
     }
 
     #[tokio::test]
     async fn a_failed_probe_opens_it_again() {
         let breaker = Breaker::new(1, Duration::from_secs(60), Duration::from_millis(10));
-        breaker.record(Ticket { probe: false }, Some("refused"));
+        breaker.record(Ticket { probe: false }, Instant::now(), Some("refused"));
         let (ticket, _) = breaker.admit(None).await;
-        let reopened = breaker.record(ticket.unwrap(), Some("refused")).unwrap();
+        let reopened = breaker
+            .record(ticket.unwrap(), Instant::now(), Some("refused"))
+            .unwrap();
         assert_eq!(reopened.to, BreakerState::Open);
         assert!(reopened.reason.contains("probe failed"));
         assert_eq!(breaker.state(), BreakerState::Open);

@@ -22,6 +22,14 @@ use tokio::time::Instant;
 /// count as sent with it (see `QueueWait::waited_behind_others`).
 const SENT_TOGETHER: u32 = 20;
 
+/// An endpoint that has answered nothing for this many times the longest
+/// any of its answers took has stopped rather than queued: a queue drains
+/// one request after another, each taking about as long as those before
+/// it. A local server that hangs after its first answers in 100 ms was
+/// otherwise taken for a queue for two request timeouts of 120 s, before
+/// its timeouts counted towards the breaker.
+const SILENT_PER_SLOWEST: u32 = 10;
+
 /// Timeouts in the queue kept as ones a later timeout may have waited
 /// behind. Those told during one wait are at most the requests in flight,
 /// so this covers the pools most runs use; the oldest go first, being the
@@ -38,6 +46,8 @@ struct Answers {
     /// Successful answers so far.
     count: u64,
     latest: Option<Latest>,
+    /// The longest any successful answer took, from its send.
+    slowest: Duration,
     /// The latest attempts that timed out in the queue while answers came
     /// back, at most `TIMED_OUT_KEPT`: when each was told, and when sent.
     queued: VecDeque<(Instant, Instant)>,
@@ -86,9 +96,11 @@ impl QueueWait {
     /// A request sent at `sent` was answered now.
     pub fn answered(&self, sent: Instant) {
         let mut answers = self.lock();
+        let now = Instant::now();
         answers.count += 1;
+        answers.slowest = answers.slowest.max(now - sent);
         answers.latest = Some(Latest {
-            answered_at: Instant::now(),
+            answered_at: now,
             latest_sent: answers.latest.map_or(sent, |l| l.latest_sent.max(sent)),
         });
     }
@@ -124,13 +136,16 @@ impl QueueWait {
     /// Only a timeout that saw answers counts as one ahead in line
     /// (`timed_out_in_line`): against an endpoint that stopped answering,
     /// timeouts behind timeouts would otherwise be taken for a queue's one
-    /// generation after another, never failing their rows.
+    /// generation after another, never failing their rows. Nor do answers
+    /// the endpoint gave early in the wait count once it has answered
+    /// nothing for `SILENT_PER_SLOWEST` times its slowest answer.
     pub fn waited_behind_others(&self, sent: Instant, waited: Duration) -> Option<Behind> {
         let together = sent + waited / SENT_TOGETHER;
         let answers = self.lock();
         let latest = answers.latest.filter(|l| l.latest_sent <= together)?;
         if latest.answered_at > sent {
-            return Some(Behind::Answers);
+            let silent = latest.answered_at.elapsed() > answers.slowest * SILENT_PER_SLOWEST;
+            return (!silent).then_some(Behind::Answers);
         }
         answers
             .queued
@@ -228,5 +243,30 @@ mod tests {
         let later = Instant::now();
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(wait.waited_behind_others(later, WAITED), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endpoint_silent_for_ten_times_its_slowest_answer_keeps_no_queue() {
+        const TIMEOUT: Duration = Duration::from_secs(120);
+        let wait = QueueWait::default();
+        let earlier = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let timed_out = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        wait.answered(earlier);
+        // A queue's next answer may take up to ten times as long as the
+        // slowest before it (110 ms).
+        tokio::time::advance(Duration::from_millis(1090)).await;
+        assert_eq!(
+            wait.waited_behind_others(timed_out, TIMEOUT),
+            Some(Behind::Answers)
+        );
+        wait.timed_out_in_line(timed_out);
+        // Not the whole request timeout that follows an answer in 110 ms:
+        // neither this timeout nor one behind it waited in a queue.
+        tokio::time::advance(Duration::from_millis(20)).await;
+        assert_eq!(wait.waited_behind_others(timed_out, TIMEOUT), None);
+        let behind = timed_out + Duration::from_millis(50);
+        assert_eq!(wait.waited_behind_others(behind, TIMEOUT), None);
     }
 }

@@ -304,7 +304,10 @@ impl Endpoint {
             (Ok(a), Verdict::NotJson) => Some(not_json(a)),
             _ => None,
         };
-        if let Some(transition) = self.breaker.record(ticket, failure.as_deref()) {
+        if let Some(transition) = self
+            .breaker
+            .record(ticket, tried.started, failure.as_deref())
+        {
             self.report(transition);
         }
         let Ok(answer) = &tried.result else { return };
