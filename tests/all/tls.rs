@@ -1,5 +1,6 @@
 //! An HTTPS endpoint that offers HTTP/2 and lets four streams run at once on
-//! a connection, as servers cap them (often at 100 to 256). The server here
+//! a connection, as servers cap them (often at 100 to 256), and TLS that
+//! fails before any answer. The server here
 //! is a test tool written for this file: TLS with a certificate of the test
 //! CA in `tests/all/tls/` (trusted by `weir` through `SSL_CERT_FILE`), and
 //! one canned chat answer after 100 ms. `weir` is the real binary.
@@ -130,4 +131,57 @@ async fn an_endpoint_that_allows_http2_shares_one_connection_up_to_its_stream_li
         peak <= 2 * STREAMS_PER_CONNECTION as usize,
         "{peak} in flight: one connection per guest thread at most, each at its stream limit"
     );
+}
+
+/// Runs `weir` on 20 rows against `base_url`, which must stop it at its
+/// first request, before any row is done; what it said.
+async fn run_stopped_at_once(base_url: &str) -> String {
+    let ws = Workspace::new();
+    ws.write("in.csv", &numbered_rows(20));
+    let p = ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS),
+    );
+    let env = [("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", base_url)];
+    let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &env).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("rows     0 finished before the stop")
+            && !message.contains("circuit breaker has been open"),
+        "stopped at once, not once the breaker gave up: {message}"
+    );
+    assert_eq!(run_status(&ws), "interrupted");
+    message
+}
+
+/// No retry makes a certificate trusted: the run stops at its first
+/// handshake and says where to give the CA.
+#[tokio::test]
+async fn a_certificate_weir_does_not_trust_stops_the_run_at_once_naming_ssl_cert_file() {
+    let port = serve_tls(Arc::new(Seen::default())).await;
+    let message = run_stopped_at_once(&format!("https://localhost:{port}/v1")).await;
+    assert!(
+        message.contains("the TLS handshake failed before any answer")
+            && message.contains("invalid peer certificate: UnknownIssuer")
+            && message.contains("SSL_CERT_FILE names a PEM bundle with the CA to trust"),
+        "{message}"
+    );
+}
+
+/// `https://` in front of a plain HTTP server (the test LLM server, a test
+/// tool): what comes back is no TLS, and the run stops saying so.
+#[tokio::test]
+async fn an_https_url_for_a_plain_http_server_stops_the_run_at_once() {
+    let server = weir_test_llm_server::TestLlmServer::start(Default::default())
+        .await
+        .unwrap();
+    let base_url = server.base_url().replacen("http://", "https://", 1);
+    let message = run_stopped_at_once(&base_url).await;
+    assert!(
+        message.contains("the TLS handshake failed before any answer")
+            && message.contains("does base_url say https:// for a plain HTTP server?"),
+        "{message}"
+    );
+    assert!(server.served().is_empty());
 }

@@ -16,6 +16,9 @@ pub enum StopReason {
     /// The endpoint refused the run's requests in a way no retry can fix
     /// (bad key, no access, no such model or path).
     EndpointRefused { endpoint: String, detail: String },
+    /// The endpoint's TLS handshake failed before any answer: its
+    /// certificate is not trusted, or it does not speak TLS.
+    TlsHandshake { endpoint: String, detail: String },
     /// The next call would have taken the run past `budget_usd`.
     Budget { limit_usd: f64, spent_usd: f64 },
 }
@@ -42,6 +45,10 @@ impl std::fmt::Display for StopReason {
                     "endpoint `{endpoint}` refused the run's requests: {detail}"
                 )
             }
+            StopReason::TlsHandshake { endpoint, detail } => write!(
+                f,
+                "endpoint `{endpoint}`: the TLS handshake failed before any answer: {detail}"
+            ),
             StopReason::Budget {
                 limit_usd,
                 spent_usd,

@@ -19,10 +19,22 @@ pub struct Answer {
 pub enum FailureKind {
     /// Refused, reset or broken off.
     Transport,
+    /// The TLS handshake failed: nothing of the request went out.
+    Tls(TlsFailure),
     /// No complete answer within `request_timeout_seconds`.
     Timeout,
     /// The answer did not begin within `first_byte_timeout_seconds`.
     NoFirstByte,
+}
+
+/// Why a TLS handshake failed, as far as that tells what to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFailure {
+    /// The server's certificate is not one weir trusts.
+    Untrusted,
+    /// What came back is not TLS: a plain HTTP server behind `https://`.
+    NotTls,
+    Other,
 }
 
 pub struct AttemptFailure {
@@ -108,6 +120,8 @@ impl AttemptFailure {
             message: describe_transport(err, timeout),
             kind: if err.is_timeout() {
                 FailureKind::Timeout
+            } else if let Some(tls) = tls_failure(err) {
+                FailureKind::Tls(tls)
             } else {
                 FailureKind::Transport
             },
@@ -132,6 +146,38 @@ pub fn not_json(answer: &Answer) -> String {
         answer.status,
         retry::body_start(&answer.body)
     )
+}
+
+/// The TLS failure among `err`'s causes, if any.
+fn tls_failure(err: &reqwest::Error) -> Option<TlsFailure> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = cause {
+        if let Some(tls) = rustls_error(error) {
+            return Some(match tls {
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                    TlsFailure::Untrusted
+                }
+                rustls::Error::InvalidMessage(_)
+                | rustls::Error::InappropriateMessage { .. }
+                | rustls::Error::InappropriateHandshakeMessage { .. } => TlsFailure::NotTls,
+                _ => TlsFailure::Other,
+            });
+        }
+        cause = error.source();
+    }
+    None
+}
+
+/// rustls's error, as it is or as the payload of an `io::Error`: the
+/// connector hands it on wrapped, in two of them.
+fn rustls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut error = error;
+    loop {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        error = error.downcast_ref::<std::io::Error>()?.get_ref()?;
+    }
 }
 
 /// reqwest's Display hides the cause that tells users what to fix.

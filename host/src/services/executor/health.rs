@@ -6,6 +6,7 @@
 //! resume does them once the endpoint is back.
 
 use super::breaker::{BreakerState, Transition};
+use super::dispatch::TlsFailure;
 use super::{CallError, Response};
 use crate::config::EndpointKind;
 use crate::services::stop::{RunStop, StopReason};
@@ -93,6 +94,29 @@ impl Health {
                     after.as_secs_f64()
                 ),
             });
+        });
+    }
+
+    /// An attempt's TLS handshake failed. Before the endpoint's first
+    /// success that is the certificate or the URL's scheme, which no retry
+    /// fixes: the run stops. After it, a retry may find the server again.
+    pub fn tls_failed(&self, why: TlsFailure, message: &str) {
+        if self.answered.load(Ordering::Relaxed) {
+            return;
+        }
+        let hint = match why {
+            TlsFailure::Untrusted => {
+                "; its certificate is not one weir trusts: SSL_CERT_FILE names a PEM bundle with \
+                 the CA to trust (of a self-hosted server, or of a company proxy that inspects TLS)"
+            }
+            TlsFailure::NotTls => {
+                "; what came back is not TLS: does base_url say https:// for a plain HTTP server?"
+            }
+            TlsFailure::Other => "",
+        };
+        self.stop.abort(StopReason::TlsHandshake {
+            endpoint: self.endpoint.clone(),
+            detail: format!("{message}{hint}"),
         });
     }
 

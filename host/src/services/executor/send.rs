@@ -207,9 +207,16 @@ impl Endpoint {
             Err(failure) => match failure.kind {
                 FailureKind::Timeout => Verdict::Timeout,
                 FailureKind::NoFirstByte => Verdict::Queued,
-                FailureKind::Transport => Verdict::Transient,
+                FailureKind::Transport | FailureKind::Tls(_) => Verdict::Transient,
             },
         };
+        if let Err(AttemptFailure {
+            kind: FailureKind::Tls(why),
+            message,
+        }) = &result
+        {
+            self.health.tls_failed(*why, message);
+        }
         let mut behind = None;
         match verdict {
             Verdict::Success => {
