@@ -150,6 +150,11 @@ impl Health {
             404 if before_any_success && self.kind != EndpointKind::Http => {
                 Some("no such model, deployment or path")
             }
+            // A base_url that names a web server rather than the API: its
+            // pages take no POST there. Every row would fail alike.
+            405 | 501 if before_any_success && self.kind != EndpointKind::Http => {
+                Some("the endpoint takes no such request at this path: is base_url the API's?")
+            }
             400 if before_any_success && names_a_missing_model(&response.body) => {
                 Some("no such model")
             }
@@ -228,6 +233,26 @@ mod tests {
         let http = health(EndpointKind::Http);
         http.judge(&Err(CallError::Status(response(404, "no such item"))));
         assert!(!http.stop().is_aborted());
+    }
+
+    #[test]
+    fn a_405_or_501_before_any_success_stops_the_run_but_not_after_one() {
+        for status in [405, 501] {
+            let h = health(EndpointKind::Openai);
+            h.judge(&Err(CallError::Status(response(
+                status,
+                "Method Not Allowed",
+            ))));
+            let reason = h.stop().reason().unwrap().to_string();
+            assert!(reason.contains("is base_url the API's?"), "{reason}");
+            let h = health(EndpointKind::Openai);
+            h.judge(&Ok(response(200, "{}")));
+            h.judge(&Err(CallError::Status(response(
+                status,
+                "Method Not Allowed",
+            ))));
+            assert!(!h.stop().is_aborted());
+        }
     }
 
     #[test]
