@@ -180,6 +180,22 @@ pub fn pipeline_with(
     )
 }
 
+/// Writes `rows` of `numbered_rows` to `in.csv` and a `pipeline_with` over
+/// them into `out.csv` to `p.yaml`; the pipeline's path.
+pub fn numbered_rows_pipeline(
+    ws: &Workspace,
+    rows: usize,
+    endpoint: &str,
+    transform: &str,
+    options: &str,
+) -> PathBuf {
+    ws.write("in.csv", &numbered_rows(rows));
+    ws.write(
+        "p.yaml",
+        &pipeline_with("in.csv", "out.csv", endpoint, transform, options),
+    )
+}
+
 pub const ECHO_OPTIONS: &str =
     "      model: test-model\n      template: \"Q{{ row.id }}: {{ row.text }}\"\n";
 

@@ -85,11 +85,7 @@ async fn rows_answered_out_of_order_on_the_guest_threads_are_written_in_source_o
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(400));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "pool_size: 32", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, 400, "pool_size: 32", "", ECHO_OPTIONS);
     let mut env = ON_GUEST_THREADS.to_vec();
     let base_url = server.base_url();
     env.extend([("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)]);
@@ -122,11 +118,7 @@ async fn sigint_on_the_guest_threads_ends_resumable_and_a_resume_finishes_every_
     // 4 s of answers, 4 at a time; the signal comes after 12.
     let row_count = 80;
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(row_count));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, row_count, "pool_size: 4", "", ECHO_OPTIONS);
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["run", p.to_str().unwrap(), "--no-progress"])
         .envs(ON_GUEST_THREADS)
@@ -179,11 +171,7 @@ async fn a_run_stopped_at_once_waits_for_the_calls_cancelled_on_the_guest_thread
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(500));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "pool_size: 32", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, 500, "pool_size: 32", "", ECHO_OPTIONS);
     let base_url = server.base_url();
     let mut env = ON_GUEST_THREADS.to_vec();
     env.extend([("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", &base_url)]);

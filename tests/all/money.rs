@@ -38,11 +38,7 @@ fn server_cost(server: &TestLlmServer) -> f64 {
 async fn the_cost_is_the_server_counted_tokens_times_the_price() {
     let server = TestLlmServer::start(Script::default()).await.unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(40));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", &priced(""), "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, 40, &priced(""), "", ECHO_OPTIONS);
     let out = run_with_key(&p, &server.base_url()).await;
     let summary = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{summary}");
@@ -70,11 +66,7 @@ async fn a_budget_of_half_the_cost_stops_about_half_way_and_a_resume_finishes_ex
     let full = {
         let server = TestLlmServer::start(Script::default()).await.unwrap();
         let ws = Workspace::new();
-        ws.write("in.csv", &numbered_rows(ROWS));
-        let p = ws.write(
-            "p.yaml",
-            &pipeline_with("in.csv", "out.csv", &priced(""), "", ECHO_OPTIONS),
-        );
+        let p = numbered_rows_pipeline(&ws, ROWS, &priced(""), "", ECHO_OPTIONS);
         assert_eq!(
             run_with_key(&p, &server.base_url()).await.status.code(),
             Some(0)

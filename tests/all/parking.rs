@@ -24,16 +24,12 @@ async fn rows_beyond_the_nodes_waiting_instances_are_answered_once_and_in_order(
     .unwrap();
     let ws = Workspace::new();
     let rows = 300;
-    ws.write("in.csv", &numbered_rows(rows));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            "pool_size: 64",
-            "limits:\n  node_memory_mb: 8",
-            ECHO_OPTIONS,
-        ),
+    let p = numbered_rows_pipeline(
+        &ws,
+        rows,
+        "pool_size: 64",
+        "limits:\n  node_memory_mb: 8",
+        ECHO_OPTIONS,
     );
     let out = run_with_key(&p, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));

@@ -416,16 +416,12 @@ async fn a_slow_row_does_not_hold_back_the_rows_behind_it_and_output_keeps_order
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(30));
-    let pipeline = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            "pool_size: 2\nadaptive_concurrency: false",
-            "concurrency: 2",
-            ECHO_OPTIONS,
-        ),
+    let pipeline = numbered_rows_pipeline(
+        &ws,
+        30,
+        "pool_size: 2\nadaptive_concurrency: false",
+        "concurrency: 2",
+        ECHO_OPTIONS,
     );
     let out = run_with_key(&pipeline, &server.base_url()).await;
     assert!(out.status.success(), "{}", stderr(&out));

@@ -425,16 +425,12 @@ async fn a_node_whose_memory_budget_is_full_makes_rows_wait_rather_than_fail() {
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(60));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            "pool_size: 16",
-            "limits:\n  node_memory_mb: 8",
-            ECHO_OPTIONS,
-        ),
+    let p = numbered_rows_pipeline(
+        &ws,
+        60,
+        "pool_size: 16",
+        "limits:\n  node_memory_mb: 8",
+        ECHO_OPTIONS,
     );
     let out = run_with_key(&p, &server.base_url()).await;
     let err = stderr(&out);

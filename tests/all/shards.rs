@@ -178,17 +178,7 @@ async fn four_shards_with_one_killed_and_resumed_merge_into_what_one_run_writes(
 async fn rate_limits_are_shared_among_shards_unless_set_per_shard() {
     let server = TestLlmServer::start(Script::default()).await.unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(8));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            "requests_per_minute: 600",
-            "",
-            ECHO_OPTIONS,
-        ),
-    );
+    let p = numbered_rows_pipeline(&ws, 8, "requests_per_minute: 600", "", ECHO_OPTIONS);
     let out = weir(
         &["run", p.to_str().unwrap(), "--shard", "0/4"],
         &[

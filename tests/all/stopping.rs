@@ -31,16 +31,12 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
     let (dead, port) = dead_port();
     let base_url = format!("http://127.0.0.1:{port}/v1");
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(2000));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            "abort_after_seconds: 3\nbreaker_cooldown_seconds: 0.5",
-            "",
-            ECHO_OPTIONS,
-        ),
+    let p = numbered_rows_pipeline(
+        &ws,
+        2000,
+        "abort_after_seconds: 3\nbreaker_cooldown_seconds: 0.5",
+        "",
+        ECHO_OPTIONS,
     );
     let started = Instant::now();
     let out = run_with_key(&p, &base_url).await;
@@ -118,9 +114,9 @@ async fn a_server_that_stops_answering_stops_the_run_behind_a_first_byte_timeout
 /// A local server that hangs after its first answers in 100 ms, the
 /// requests sent about then still out: answers that early say nothing of a
 /// wait a whole request timeout long, so the first timeouts count towards
-/// the breaker, which opens before any request
-/// sent after them could time out (with the defaults, two timeouts of 120 s
-/// sooner than when those answers had them taken for a queue's).
+/// the breaker, which opens before any request sent after them could time
+/// out (with the defaults, two timeouts of 120 s sooner than when those
+/// answers had them taken for a queue's).
 #[tokio::test]
 async fn a_server_that_hangs_after_its_first_answers_opens_the_breaker_at_the_first_timeouts() {
     let server = TestLlmServer::start(Script {
@@ -131,16 +127,12 @@ async fn a_server_that_hangs_after_its_first_answers_opens_the_breaker_at_the_fi
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(60));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            "request_timeout_seconds: 4\nabort_after_seconds: 1\nbreaker_cooldown_seconds: 0.5",
-            "",
-            ECHO_OPTIONS,
-        ),
+    let p = numbered_rows_pipeline(
+        &ws,
+        60,
+        "request_timeout_seconds: 4\nabort_after_seconds: 1\nbreaker_cooldown_seconds: 0.5",
+        "",
+        ECHO_OPTIONS,
     );
     let out = run_with_key(&p, &server.base_url()).await;
     let message = stderr(&out);
@@ -184,16 +176,12 @@ async fn stall_stops_the_run_and_a_resume_finishes_it(timeout: &str, says: &str)
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(200));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with(
-            "in.csv",
-            "out.csv",
-            &format!("{timeout}\nabort_after_seconds: 3\nbreaker_cooldown_seconds: 0.5"),
-            "",
-            ECHO_OPTIONS,
-        ),
+    let p = numbered_rows_pipeline(
+        &ws,
+        200,
+        &format!("{timeout}\nabort_after_seconds: 3\nbreaker_cooldown_seconds: 0.5"),
+        "",
+        ECHO_OPTIONS,
     );
     let out = run_with_key(&p, &server.base_url()).await;
     let message = stderr(&out);
@@ -261,11 +249,7 @@ async fn a_key_the_endpoint_refuses_stops_the_run_at_once() {
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(500));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, 500, "", "", ECHO_OPTIONS);
     let out = run_with_key(&p, &server.base_url()).await;
     let message = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{message}");
@@ -312,11 +296,7 @@ async fn slow_echo_run() -> (TestLlmServer, Workspace, std::path::PathBuf) {
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(SLOW_ECHO_ROWS));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "pool_size: 4", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, SLOW_ECHO_ROWS, "pool_size: 4", "", ECHO_OPTIONS);
     (server, ws, p)
 }
 
@@ -405,11 +385,7 @@ async fn a_second_sigterm_stops_at_once_and_the_run_still_resumes() {
     .await
     .unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(40));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "pool_size: 8", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, 40, "pool_size: 8", "", ECHO_OPTIONS);
     let child = spawn_run(&p, &server.base_url(), &["--grace-seconds", "60"]);
     wait_until_served(&server, 4).await;
     // The rows that follow the first answers go out meanwhile; theirs are

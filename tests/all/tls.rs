@@ -137,11 +137,7 @@ async fn an_endpoint_that_allows_http2_shares_one_connection_up_to_its_stream_li
 /// first request, before any row is done; what it said.
 async fn run_stopped_at_once(base_url: &str) -> String {
     let ws = Workspace::new();
-    ws.write("in.csv", &numbered_rows(20));
-    let p = ws.write(
-        "p.yaml",
-        &pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS),
-    );
+    let p = numbered_rows_pipeline(&ws, 20, "", "", ECHO_OPTIONS);
     let env = [("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", base_url)];
     let out = weir(&["run", p.to_str().unwrap(), "--no-progress"], &env).await;
     let message = stderr(&out);
