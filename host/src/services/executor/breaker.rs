@@ -6,8 +6,8 @@
 //! since the first of them was sent: at a limit of one or two, as a server
 //! that hung leaves the adaptive limit, `threshold` timeouts would take
 //! `threshold` timeouts' time, and the few requests a run starts with that
-//! time out together have already waited that whole timeout. Open: requests wait
-//! (until their own deadline at most) instead of failing, for `cooldown`.
+//! time out together have already waited that whole timeout. Open: requests
+//! wait (until their own deadline at most) instead of failing, for `cooldown`.
 //! Then one request goes through as a probe (half-open): its success closes
 //! the breaker, its failure opens it again. Capacity answers (429/503/529)
 //! never open it: they say the endpoint is busy, not broken, and the

@@ -238,19 +238,14 @@ mod tests {
     #[test]
     fn a_405_or_501_before_any_success_stops_the_run_but_not_after_one() {
         for status in [405, 501] {
+            let not_allowed = Err(CallError::Status(response(status, "Method Not Allowed")));
             let h = health(EndpointKind::Openai);
-            h.judge(&Err(CallError::Status(response(
-                status,
-                "Method Not Allowed",
-            ))));
+            h.judge(&not_allowed);
             let reason = h.stop().reason().unwrap().to_string();
             assert!(reason.contains("is base_url the API's?"), "{reason}");
             let h = health(EndpointKind::Openai);
             h.judge(&Ok(response(200, "{}")));
-            h.judge(&Err(CallError::Status(response(
-                status,
-                "Method Not Allowed",
-            ))));
+            h.judge(&not_allowed);
             assert!(!h.stop().is_aborted());
         }
     }

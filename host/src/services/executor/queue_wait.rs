@@ -262,8 +262,9 @@ mod tests {
             Some(Behind::Answers)
         );
         wait.timed_out_in_line(timed_out);
-        // Not the whole request timeout that follows an answer in 110 ms:
-        // neither this timeout nor one behind it waited in a queue.
+        // 20 ms on, the endpoint has been silent for more than ten times its
+        // slowest answer: neither this timeout nor one sent after it waited
+        // in a queue.
         tokio::time::advance(Duration::from_millis(20)).await;
         assert_eq!(wait.waited_behind_others(timed_out, TIMEOUT), None);
         let behind = timed_out + Duration::from_millis(50);
