@@ -9,7 +9,8 @@
 //! time out together have already waited that whole timeout. Open: requests
 //! wait (until their own deadline at most) instead of failing, for `cooldown`.
 //! Then one request goes through as a probe (half-open): its success closes
-//! the breaker, its failure opens it again. Capacity answers (429/503/529)
+//! the breaker, its failure opens it again. An answer to a request sent
+//! before it opened closes it too. Capacity answers (429/503/529)
 //! never open it: they say the endpoint is busy, not broken, and the
 //! adaptive limit handles them.
 
@@ -163,20 +164,29 @@ impl Breaker {
                 s.probe_out = false;
             }
             match (failure, s.state) {
-                (None, BreakerState::HalfOpen) if ticket.probe => {
+                (None, BreakerState::Closed) => {
+                    s.consecutive_failures = 0;
+                    None
+                }
+                // The probe, or a request sent before the breaker opened:
+                // the endpoint answers. A slow one's answers may come after
+                // its timeouts opened the breaker; rows must not wait for a
+                // probe as slow, nor the run stop for an outage that is over.
+                (None, _) => {
                     s.state = BreakerState::Closed;
                     s.consecutive_failures = 0;
                     if let Some(at) = s.opened_at.take() {
                         s.open_before += at.elapsed();
                     }
+                    let reason = if ticket.probe {
+                        "the probe succeeded"
+                    } else {
+                        "a request sent before it opened was answered"
+                    };
                     Some(Transition {
                         to: BreakerState::Closed,
-                        reason: "the probe succeeded".into(),
+                        reason: reason.into(),
                     })
-                }
-                (None, _) => {
-                    s.consecutive_failures = 0;
-                    None
                 }
                 (Some(why), BreakerState::HalfOpen) if ticket.probe => {
                     s.state = BreakerState::Open;
@@ -347,6 +357,31 @@ mod tests {
             None,
             "sent 160 s ago, but a request succeeded 60 s ago"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_to_a_request_sent_before_it_opened_closes_it() {
+        let breaker = Breaker::new(10, Duration::from_secs(120), Duration::from_secs(5));
+        let closed = Ticket { probe: false };
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(120)).await;
+        let timeout = Some("no answer within 120 s");
+        breaker.record(closed, sent, timeout);
+        assert!(breaker.record(closed, sent, timeout).is_some());
+        let (probe, _) = breaker.admit(None).await;
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let answered = breaker.record(closed, sent, None).unwrap();
+        assert_eq!(
+            (answered.to, answered.reason.as_str()),
+            (
+                BreakerState::Closed,
+                "a request sent before it opened was answered"
+            )
+        );
+        assert_eq!(breaker.open_time(), Duration::from_secs(10));
+        // The probe's own answer, later, changes nothing.
+        assert_eq!(breaker.record(probe.unwrap(), sent, None), None);
+        assert_eq!(breaker.state(), BreakerState::Closed);
     }
 
     #[tokio::test]
