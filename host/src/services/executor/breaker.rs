@@ -332,28 +332,38 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn requests_that_time_out_together_a_whole_timeout_after_their_send_open_it() {
+    const TIMEOUT: &str = "no answer within 120 s";
+
+    /// A breaker of 10 failures, a 120 s span and 5 s of cool-down, whose
+    /// first two requests, sent together, time out 120 s later: the first
+    /// leaves it closed, the second opens it. When they were sent.
+    async fn opened_by_two_timeouts_together() -> (Breaker, Instant) {
         let breaker = Breaker::new(10, Duration::from_secs(120), Duration::from_secs(5));
         let closed = Ticket { probe: false };
-        let start = Instant::now();
+        let sent = Instant::now();
         tokio::time::advance(Duration::from_secs(120)).await;
-        let (sent, timeout) = (start, "no answer within 120 s");
-        assert_eq!(breaker.record(closed, sent, Some(timeout)), None);
-        let opened = breaker.record(closed, sent, Some(timeout)).unwrap();
+        assert_eq!(breaker.record(closed, sent, Some(TIMEOUT)), None);
+        let opened = breaker.record(closed, sent, Some(TIMEOUT)).unwrap();
         assert_eq!(
             opened.reason,
             "2 failures in a row over 120.0 s; the last: no answer within 120 s"
         );
+        (breaker, sent)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_that_time_out_together_a_whole_timeout_after_their_send_open_it() {
+        let (breaker, start) = opened_by_two_timeouts_together().await;
+        let closed = Ticket { probe: false };
 
         // Nothing failing counts from before the last success.
         let (probe, _) = breaker.admit(None).await;
         breaker.record(probe.unwrap(), Instant::now(), None);
         let sent = start + Duration::from_secs(25);
         tokio::time::advance(Duration::from_secs(60)).await;
-        assert_eq!(breaker.record(closed, sent, Some(timeout)), None);
+        assert_eq!(breaker.record(closed, sent, Some(TIMEOUT)), None);
         assert_eq!(
-            breaker.record(closed, sent, Some(timeout)),
+            breaker.record(closed, sent, Some(TIMEOUT)),
             None,
             "sent 160 s ago, but a request succeeded 60 s ago"
         );
@@ -361,13 +371,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_to_a_request_sent_before_it_opened_closes_it() {
-        let breaker = Breaker::new(10, Duration::from_secs(120), Duration::from_secs(5));
+        let (breaker, sent) = opened_by_two_timeouts_together().await;
         let closed = Ticket { probe: false };
-        let sent = Instant::now();
-        tokio::time::advance(Duration::from_secs(120)).await;
-        let timeout = Some("no answer within 120 s");
-        breaker.record(closed, sent, timeout);
-        assert!(breaker.record(closed, sent, timeout).is_some());
         let (probe, _) = breaker.admit(None).await;
         tokio::time::advance(Duration::from_secs(5)).await;
         let answered = breaker.record(closed, sent, None).unwrap();
