@@ -90,19 +90,31 @@ impl Controller {
     /// while the usual share is nil). Refusals come back before the answers
     /// sent with them, so the answers so far are no measure.
     pub(super) fn overloaded(&self, lost: u32) -> bool {
-        let n = self.at_risk();
-        // Where one to three in flight are refused whatever the load, the
-        // refusals come in bursts, and a round trip within one is refused
-        // as densely as those few in flight were, far beyond the share over
-        // all time: against answers in 3 s, each burst of ChaosLLM's
-        // `stress_extreme` still cut the limit to one or two.
-        let usual = self.usual_share().max(self.refused_at_few().unwrap_or(0.0));
+        let usual = self.lost_whatever_the_load();
         let p = if self.slow_start {
             usual.max(SLOW_START_NOISE)
         } else {
             usual
         };
+        self.more_lost_than(lost, p)
+    }
+
+    /// Whether `lost` of the requests at risk is more than a share `p` of
+    /// them explains: beyond two standard deviations of it.
+    pub(super) fn more_lost_than(&self, lost: u32, p: f64) -> bool {
+        let n = self.at_risk();
         lost > 0 && f64::from(lost) > p * n + 2.0 * (n * p * (1.0 - p)).sqrt()
+    }
+
+    /// The share of attempts the endpoint loses whatever the load, as a
+    /// round trip's losses are measured against it.
+    pub(super) fn lost_whatever_the_load(&self) -> f64 {
+        // Where one to three in flight are refused whatever the load, the
+        // refusals come in bursts, and a round trip within one is refused
+        // as densely as those few in flight were, far beyond the share over
+        // all time: against answers in 3 s, each burst of ChaosLLM's
+        // `stress_extreme` still cut the limit to one or two.
+        self.usual_share().max(self.refused_at_few().unwrap_or(0.0))
     }
 
     /// The requests that refusals since the last change came from: a round
@@ -153,7 +165,7 @@ impl Controller {
         // were taken for the usual share, and the limit stayed above the
         // server's room for the rest of the run, at 2.4 calls per row.
         let bound = self
-            .by_band
+            .outcomes_by_band
             .iter()
             .map(|t| upper_bound(t.lost, t.ok + t.lost))
             .fold(1.0, f64::min);
@@ -166,7 +178,7 @@ impl Controller {
     /// while no band has enough.
     pub(super) fn banded_share(&self) -> Option<f64> {
         let least = self
-            .by_band
+            .outcomes_by_band
             .iter()
             .filter(|t| t.ok + t.lost >= BAND_SAMPLE)
             .map(|t| f64::from(t.lost) / f64::from(t.ok + t.lost))
@@ -187,7 +199,7 @@ impl Controller {
     /// is refused at one in flight by the load of others, and cutting is
     /// what shares the server.
     fn refused_at_few(&self) -> Option<f64> {
-        let [one, two_or_three, ..] = &self.by_band;
+        let [one, two_or_three, ..] = &self.outcomes_by_band;
         let lost = one.lost + two_or_three.lost;
         let n = one.ok + two_or_three.ok + lost;
         let share = f64::from(lost) / f64::from(n.max(1));
@@ -336,7 +348,7 @@ impl Controller {
     /// its answers.
     fn mostly_answered_up_to(&self, in_flight: usize) -> bool {
         let whole = (in_flight + 1).ilog2() as usize;
-        let (ok, lost) = self.by_band[..whole.min(BANDS)]
+        let (ok, lost) = self.outcomes_by_band[..whole.min(BANDS)]
             .iter()
             .fold((0, 0), |(ok, lost), t| (ok + t.ok, lost + t.lost));
         ok + lost >= 2 && ok > lost

@@ -120,6 +120,12 @@ const MIN_JUDGED: u32 = 8;
 /// judged by the answers a window brings (see `Cut::cost_answers`), which a
 /// few say as well as many.
 const MIN_JUDGED_COLLAPSED: u32 = 4;
+/// Losses whose latencies say how long a loss takes to be told (see
+/// `Controller::told_since_cut`).
+const LOSS_LATENCY_SAMPLE: usize = 8;
+/// The most outcomes kept to judge a cut by: far more than the few a
+/// judgement needs, even at a pool's largest limit.
+const MAX_SINCE_CUT: usize = 4096;
 /// The fewest answers a window judges a queue by.
 const MIN_QUEUE_JUDGED: u32 = 3;
 /// In slow start, refusals up to this share of the limit (and two standard
@@ -261,8 +267,13 @@ pub struct Controller {
     refused_from: Option<usize>,
     /// The limit has been cut for losses before.
     cut_before: bool,
-    /// Answers to requests sent since the pending cut, until enough judge it.
-    since_cut: Tally,
+    /// Outcomes of requests sent since the pending cut, until enough judge
+    /// it: when each was sent, and whether it was lost.
+    since_cut: Vec<(Instant, bool)>,
+    /// How long the latest losses took to be told, from their sends, the
+    /// oldest overwritten first; and how many there were in all.
+    loss_latencies: [f64; LOSS_LATENCY_SAMPLE],
+    losses_seen: usize,
     last_saturated: Instant,
     /// When the last request was sent.
     last_sent: Instant,
@@ -309,12 +320,20 @@ pub struct Controller {
     /// The limit grew back towards the ceiling as in slow start since the
     /// last cut.
     grew_back: bool,
-    /// Answers by the requests in flight when theirs was sent, in bands of
-    /// powers of two (1, 2–3, 4–7, …), the older halved as they fill: what
-    /// the endpoint refuses whatever the load (`usual_share`), and whether
-    /// slow start's refusals came from above a cut (`mostly_answered_up_to`),
-    /// and the round trip at lower loads (`not_a_queue`).
+    /// Successful answers by the requests in flight when theirs was sent,
+    /// in bands of powers of two (1, 2–3, 4–7, …), the older halved as they
+    /// fill: the round trip at lower loads (`not_a_queue`), forgotten when
+    /// the server becomes quicker.
     by_band: [Tally; BANDS],
+    /// Answers and losses in the same bands: what the endpoint refuses
+    /// whatever the load (`usual_share`), and whether slow start's refusals
+    /// came from above a cut (`mostly_answered_up_to`). Kept when the round
+    /// trips are forgotten: the share lost at any load is no measure of the
+    /// server's speed. Against answers that take 0.75 to 2.25 s whatever the
+    /// load and a 2 s timeout, quicker windows came every few seconds, and
+    /// the sixth of requests timing out at any load was learned anew after
+    /// each.
+    outcomes_by_band: [Tally; BANDS],
     /// When each band was last answered.
     band_answered: [Option<Instant>; BANDS],
     /// Whether the bands said none are refused whatever the load as each of
@@ -367,7 +386,9 @@ impl Controller {
             sent_since_change: 0,
             refused_from: None,
             cut_before: false,
-            since_cut: Tally::default(),
+            since_cut: Vec::new(),
+            loss_latencies: [0.0; LOSS_LATENCY_SAMPLE],
+            losses_seen: 0,
             last_saturated: now,
             last_sent: now,
             pending: None,
@@ -395,6 +416,7 @@ impl Controller {
             most_answered: 0,
             grew_back: false,
             by_band: [Tally::default(); BANDS],
+            outcomes_by_band: [Tally::default(); BANDS],
             band_answered: [None; BANDS],
             none_refused_at_closes: [false; 2],
             quicker_window: None,
@@ -564,14 +586,21 @@ impl Controller {
         }
         if signal == Signal::Overload {
             self.last_refusal = Some(now);
+            let took = now.saturating_duration_since(sent_at).as_secs_f64();
+            self.loss_latencies[self.losses_seen % LOSS_LATENCY_SAMPLE] = took;
+            self.losses_seen += 1;
         }
         self.count_in_band(now, sent_at, in_flight, signal);
         self.tally(sent_at, in_flight, signal, now);
         // Losses are acted on at once, as the first answers that show them
         // come back (a refusal is quick): waiting for the window would let
         // the overshoot run a whole round trip longer.
-        if self.pending.is_some() && sent_at >= self.last_change {
-            count(&mut self.since_cut, signal);
+        if self.pending.is_some()
+            && sent_at >= self.last_change
+            && signal != Signal::Neutral
+            && self.since_cut.len() < MAX_SINCE_CUT
+        {
+            self.since_cut.push((sent_at, signal == Signal::Overload));
         }
         // A loss that comes back after its window closed still counts
         // against the limit it was sent at: a request timed out in a
@@ -706,7 +735,7 @@ impl Controller {
     fn changed(&mut self, now: Instant) {
         self.last_change = now;
         self.restart_since_change();
-        self.since_cut = Tally::default();
+        self.since_cut.clear();
     }
 
     /// Starts over what is counted since the last change: the answers,
@@ -851,8 +880,13 @@ impl Controller {
         } else {
             MIN_JUDGED
         };
-        if self.pending.is_some() && self.since_cut.ok + self.since_cut.lost >= needed {
-            let after = std::mem::take(&mut self.since_cut);
+        let after = self
+            .pending
+            .is_some()
+            .then(|| self.told_since_cut(now))
+            .filter(|after| after.ok + after.lost >= needed);
+        if let Some(after) = after {
+            self.since_cut.clear();
             let loss = f64::from(after.lost) / f64::from(after.ok + after.lost);
             if let Some(cut) = self.pending.take()
                 && (self.limit < cut.before * (1.0 - MAX_CUT))
@@ -880,6 +914,36 @@ impl Controller {
             self.floor = self.floor.max((held * FLOOR_SHARE).floor());
         }
         false
+    }
+
+    /// The outcomes since the pending cut of the requests sent long enough
+    /// ago for a loss to have been told: as long as the median of the
+    /// latest losses took. A timeout is told a whole timeout after its
+    /// send, an answer often sooner, and judged on every outcome so far a
+    /// cut looked to have ended losses that were still on their way:
+    /// against answers taking 0.75 to 2.25 s whatever the load and a 2 s
+    /// timeout, cuts for the timeouts stood that a sixth of the requests
+    /// timing out after them would have undone. Refusals come back at
+    /// once, and with them every outcome counts, as before.
+    fn told_since_cut(&self, now: Instant) -> Tally {
+        let seen = self.losses_seen.min(LOSS_LATENCY_SAMPLE);
+        let mut latest = self.loss_latencies;
+        latest[..seen].sort_by(f64::total_cmp);
+        let takes = Duration::from_secs_f64(if seen > 0 { latest[seen / 2] } else { 0.0 });
+        let mut told = Tally::default();
+        for &(sent_at, lost) in &self.since_cut {
+            if sent_at + takes <= now {
+                count(
+                    &mut told,
+                    if lost {
+                        Signal::Overload
+                    } else {
+                        Signal::Success
+                    },
+                );
+            }
+        }
+        told
     }
 
     /// A cut, undo or drain moved the limit from `from`, for `why`.

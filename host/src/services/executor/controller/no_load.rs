@@ -56,20 +56,23 @@ impl Controller {
         signal: Signal,
     ) {
         let band = band_of(in_flight as f64);
+        let outcomes = &mut self.outcomes_by_band[band];
+        count(outcomes, signal);
+        if outcomes.ok + outcomes.lost >= BAND_MEMORY {
+            outcomes.halve();
+        }
+        if signal != Signal::Success {
+            return;
+        }
         let srtt = self.srtt.unwrap_or(f64::INFINITY);
         let tally = &mut self.by_band[band];
-        match signal {
-            Signal::Success => {
-                let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
-                tally.answered(rtt, in_flight, srtt);
-                self.band_answered[band] = Some(now);
-            }
-            _ => count(tally, signal),
-        }
-        if tally.ok + tally.lost >= BAND_MEMORY {
+        let rtt = now.saturating_duration_since(sent_at).as_secs_f64();
+        tally.answered(rtt, in_flight, srtt);
+        self.band_answered[band] = Some(now);
+        if tally.ok >= BAND_MEMORY {
             tally.halve();
         }
-        if band == 0 && signal == Signal::Success {
+        if band == 0 {
             self.learn_from_alone(now);
         }
     }
@@ -271,7 +274,6 @@ impl Controller {
     /// measure of the server it was.
     fn forget_bands(&mut self) {
         self.by_band = [Tally::default(); BANDS];
-        self.none_refused_at_closes = [false; 2];
         self.band_answered = [None; BANDS];
     }
 }

@@ -187,7 +187,7 @@ fn refusals_are_weighed_against_the_requests_sent_not_the_limit() {
     let start = Instant::now();
     let mut controller = Controller::new(4, 128, start);
     let limit = controller.start_from(64, 32, false) as usize;
-    controller.by_band[3] = tally(80, 20);
+    controller.outcomes_by_band[3] = tally(80, 20);
     let at = start + Duration::from_millis(10);
     for i in 0..2 * limit {
         controller.on_send(at, false);
@@ -212,9 +212,9 @@ fn most_refused_at_one_in_flight_is_the_usual_share_once_many_were_served() {
     // A provider's burst refusing nearly everything, at any load.
     let start = Instant::now();
     let mut controller = Controller::new(4, 128, start);
-    controller.by_band[0] = tally(8, 92);
-    controller.by_band[1] = tally(10, 90);
-    controller.by_band[5] = tally(30, 200);
+    controller.outcomes_by_band[0] = tally(8, 92);
+    controller.outcomes_by_band[1] = tally(10, 90);
+    controller.outcomes_by_band[5] = tally(30, 200);
     // A client that never had more answered at once (a shard started
     // into a server its siblings fill) takes them for load.
     controller.most_answered = SERVED_MANY - 1;
@@ -225,7 +225,7 @@ fn most_refused_at_one_in_flight_is_the_usual_share_once_many_were_served() {
     // Refused less often at one to three in flight: no more than half
     // counts, however many were served.
     for few in 0..2 {
-        controller.by_band[few] = tally(40, 60);
+        controller.outcomes_by_band[few] = tally(40, 60);
     }
     assert_eq!(controller.usual_share(), MAX_USUAL_LOSS);
 }
@@ -294,8 +294,8 @@ fn a_band_with_few_refusals_bounds_the_usual_share() {
     // below, fewer answers and hardly a refusal.
     let start = Instant::now();
     let mut controller = Controller::new(4, 64, start);
-    controller.by_band[2] = tally(36, 2);
-    controller.by_band[3] = tally(64, 63);
+    controller.outcomes_by_band[2] = tally(36, 2);
+    controller.outcomes_by_band[3] = tally(64, 63);
     let usual = controller.usual_share();
     assert!(usual < 0.2, "{usual}");
     assert!((0.15..0.2).contains(&upper_bound(2, 38)));
@@ -791,4 +791,53 @@ fn a_timeout_in_the_queue_lets_no_cut_being_judged_be_undone() {
     );
     assert_eq!(controller.limit(), 32);
     assert!(controller.queue_cut.is_none() && controller.pending.is_none());
+}
+
+#[test]
+fn a_timeout_that_looks_queued_cuts_nothing_where_timeouts_come_at_any_load() {
+    // A seventh of the requests lost at every level from 1 to 8 in
+    // flight, as answers that take about as long as the timeout whatever
+    // the load are; and the same where only more than 4 in flight are,
+    // as a queue's timeouts are.
+    let at_any_load = answered(8, |i, _| i % 7 == 0);
+    let beyond_four = answered(8, |i, in_flight| in_flight > 4 && i % 2 == 0);
+    for (mut controller, cuts) in [(at_any_load, false), (beyond_four, true)] {
+        controller.limit = 16.0;
+        // A round trip with no other loss since the last change.
+        controller.restart_since_change();
+        let sent = controller.last_change + Duration::from_secs(1);
+        let decision = controller.timed_out_in_queue(sent + Duration::from_secs(2), sent, 6);
+        assert_eq!(decision.is_some(), cuts);
+        assert_eq!(controller.limit(), if cuts { 3 } else { 16 });
+    }
+}
+
+#[test]
+fn a_quicker_server_forgets_the_round_trips_by_band_but_not_what_it_loses() {
+    let mut controller = answered(8, |i, _| i % 7 == 0);
+    let usual = controller.usual_share();
+    assert!(usual > 0.1, "{usual}");
+    controller.base_rtt = Some(0.1);
+    assert!(controller.lower_no_load(0.05));
+    assert_eq!(controller.by_band[3].ok, 0);
+    assert_eq!(controller.usual_share(), usual);
+}
+
+#[test]
+fn a_cut_is_judged_on_the_requests_sent_long_enough_ago_for_their_losses_to_be_told() {
+    let start = Instant::now();
+    let at = |millis: u64| start + Duration::from_millis(millis);
+    let mut controller = Controller::new(12, 64, start);
+    // Losses told 2 s after their send, as timeouts are.
+    controller.loss_latencies = [2.0; LOSS_LATENCY_SAMPLE];
+    controller.losses_seen = LOSS_LATENCY_SAMPLE;
+    // Eight requests sent half a second apart since the cut, every
+    // fourth lost: at 4 s those sent by 2 s are told in full.
+    controller.since_cut = (0..8).map(|i| (at(500 * i), i % 4 == 0)).collect();
+    let told = controller.told_since_cut(at(4_000));
+    assert_eq!((told.ok, told.lost), (3, 2));
+    // Losses told at once (refusals): every outcome so far counts.
+    controller.loss_latencies = [0.001; LOSS_LATENCY_SAMPLE];
+    let told = controller.told_since_cut(at(4_000));
+    assert_eq!((told.ok, told.lost), (6, 2));
 }
