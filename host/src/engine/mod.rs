@@ -375,6 +375,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         .map(|e| EndpointReport {
             name: e.name.clone(),
             pool_size: e.spec.pool_size,
+            request_timeout_seconds: e.spec.request_timeout_seconds,
             priced: e.spec.price.is_some(),
             stats: e.stats(),
             batches: e.batch().map(|b| b.stats()),

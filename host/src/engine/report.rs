@@ -11,6 +11,10 @@ use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Timeouts fewer than this are a long answer now and then, not worth a
+/// line of the summary.
+const MANY_TIMEOUTS: u64 = 3;
+
 #[derive(Default)]
 pub struct RunReport {
     /// None when the run kept no audit trail.
@@ -78,6 +82,8 @@ pub struct EndpointReport {
     pub name: String,
     #[serde(default)]
     pub pool_size: usize,
+    #[serde(default)]
+    pub request_timeout_seconds: f64,
     /// The endpoint has a `price`, so its cost means something.
     #[serde(default)]
     pub priced: bool,
@@ -115,6 +121,25 @@ impl StoredSummary {
 }
 
 impl EndpointReport {
+    /// Timeouts beyond one attempt in twenty, while answers came: a timeout
+    /// shorter than the endpoint's slower answers, each of which is sent
+    /// again, and which a provider may bill although weir hung up. A run
+    /// whose endpoint answered nothing says so in its stop reason instead.
+    fn write_timeouts(&self, s: &mut String) {
+        let (timeouts, attempts) = (self.stats.timeouts, self.stats.attempts);
+        if timeouts < MANY_TIMEOUTS || timeouts * 20 < attempts || self.stats.successes == 0 {
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "           timeouts {timeouts} of {attempts} attempts ({:.0} %) had no answer within \
+             request_timeout_seconds ({} s); a provider may bill answers it finished after weir \
+             hung up: where answers this slow are expected, raise it",
+            100.0 * timeouts as f64 / attempts as f64,
+            self.request_timeout_seconds
+        );
+    }
+
     /// What the summary tells of the endpoint, a line each: its batches,
     /// its requests, its limit and why the limit stands where it does.
     pub fn lines(&self, stopped: bool) -> String {
@@ -213,6 +238,7 @@ impl EndpointReport {
             }
             None => {}
         }
+        self.write_timeouts(&mut s);
         s
     }
 }

@@ -193,6 +193,10 @@ impl Endpoint {
         let learned = learned.or((total < configured).then_some(total));
         let latency = started.elapsed();
         self.stats.attempt_ended(latency);
+        let timed_out = matches!(&result, Err(f) if f.kind == FailureKind::Timeout);
+        if timed_out && learned.is_none() && total == self.request_timeout() {
+            self.stats.timed_out();
+        }
         let mut verdict = match &result {
             Ok(answer) => self.schema.judge(
                 body,

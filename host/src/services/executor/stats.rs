@@ -20,6 +20,7 @@ pub struct Stats {
     capacity_retries: AtomicU64,
     transient_retries: AtomicU64,
     hung_retries: AtomicU64,
+    timeouts: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     capacity_errors: AtomicU64,
@@ -108,6 +109,8 @@ pub struct StatsSnapshot {
     pub transient_retries: u64,
     /// Attempts given up for hung (past the learned attempt timeout) and sent again.
     pub hung_retries: u64,
+    /// Attempts with no answer within `request_timeout_seconds`.
+    pub timeouts: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// 429/503/529 answers received.
@@ -186,6 +189,11 @@ impl Stats {
         }
     }
 
+    /// An attempt had no answer within `request_timeout_seconds`.
+    pub fn timed_out(&self) {
+        self.timeouts.fetch_add(1, Relaxed);
+    }
+
     pub fn capacity_error(&self) {
         self.capacity_errors.fetch_add(1, Relaxed);
     }
@@ -245,6 +253,7 @@ impl Stats {
             capacity_retries: self.capacity_retries.load(Relaxed),
             transient_retries: self.transient_retries.load(Relaxed),
             hung_retries: self.hung_retries.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
             prompt_tokens: self.prompt_tokens.load(Relaxed),
             completion_tokens: self.completion_tokens.load(Relaxed),
             capacity_errors: self.capacity_errors.load(Relaxed),
