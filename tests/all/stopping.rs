@@ -283,6 +283,27 @@ async fn a_key_the_endpoint_refuses_stops_the_run_at_once() {
     assert_eq!(run_status(&ws), "interrupted");
 }
 
+/// A host name misspelt in `base_url` resolves no better on a retry: the
+/// run stops at the first attempt, not once the breaker has been open for
+/// `abort_after_seconds`. `.invalid` is reserved never to resolve (RFC 6761).
+#[tokio::test]
+async fn a_host_that_does_not_resolve_stops_the_run_at_once() {
+    let ws = Workspace::new();
+    let p = numbered_rows_pipeline(&ws, 20, "", "", ECHO_OPTIONS);
+    let started = Instant::now();
+    let out = run_with_key(&p, "http://no-such-host.invalid/v1").await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("endpoint `llm`: its host name did not resolve before any answer")
+            && message.contains("is the host in base_url spelt right")
+            && !message.contains("circuit breaker has been open"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30), "{message}");
+    assert_eq!(run_status(&ws), "interrupted");
+}
+
 /// Starts `weir run` in the background, with stdout and stderr kept.
 fn spawn_run(p: &std::path::Path, base_url: &str, extra: &[&str]) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))

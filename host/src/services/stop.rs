@@ -19,6 +19,8 @@ pub enum StopReason {
     /// The endpoint's TLS handshake failed before any answer: its
     /// certificate is not trusted, or it does not speak TLS.
     TlsHandshake { endpoint: String, detail: String },
+    /// The endpoint's host name did not resolve before any answer.
+    Unresolved { endpoint: String, detail: String },
     /// The next call would have taken the run past `budget_usd`.
     Budget { limit_usd: f64, spent_usd: f64 },
 }
@@ -48,6 +50,12 @@ impl std::fmt::Display for StopReason {
             StopReason::TlsHandshake { endpoint, detail } => write!(
                 f,
                 "endpoint `{endpoint}`: the TLS handshake failed before any answer: {detail}"
+            ),
+            StopReason::Unresolved { endpoint, detail } => write!(
+                f,
+                "endpoint `{endpoint}`: its host name did not resolve before any answer: \
+                 {detail}; is the host in base_url spelt right, and can this machine reach a \
+                 DNS server?"
             ),
             StopReason::Budget {
                 limit_usd,

@@ -21,6 +21,9 @@ pub enum FailureKind {
     Transport,
     /// The TLS handshake failed: nothing of the request went out.
     Tls(TlsFailure),
+    /// The host name of the URL does not resolve (and not for a moment):
+    /// nothing went out.
+    Unresolved,
     /// No complete answer within `request_timeout_seconds`.
     Timeout,
     /// The answer did not begin within `first_byte_timeout_seconds`.
@@ -122,6 +125,8 @@ impl AttemptFailure {
                 FailureKind::Timeout
             } else if let Some(tls) = tls_failure(err) {
                 FailureKind::Tls(tls)
+            } else if unresolved(err) {
+                FailureKind::Unresolved
             } else {
                 FailureKind::Transport
             },
@@ -166,6 +171,23 @@ fn tls_failure(err: &reqwest::Error) -> Option<TlsFailure> {
         cause = error.source();
     }
     None
+}
+
+/// Whether `err` says the URL's host name does not resolve: the connector's
+/// "dns error" among its causes, for a reason other than a resolver that
+/// asks to try again (EAI_AGAIN, "Temporary failure in name resolution"),
+/// which a retry may get past. The resolver's reasons have no kind of
+/// their own, only their text.
+fn unresolved(err: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = cause {
+        if error.to_string() == "dns error" {
+            let why = error.source().map(|e| e.to_string().to_lowercase());
+            return why.is_some_and(|why| !why.contains("temporar") && !why.contains("try again"));
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// rustls's error, as it is or as the payload of an `io::Error`: the

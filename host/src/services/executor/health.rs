@@ -120,6 +120,20 @@ impl Health {
         });
     }
 
+    /// An attempt's host name did not resolve. Before the endpoint's first
+    /// success that is `base_url` misspelt or a machine that cannot reach
+    /// its resolver: the run stops rather than wait out the breaker. After
+    /// it, a retry may find the resolver again.
+    pub fn unresolved(&self, message: &str) {
+        if self.answered.load(Ordering::Relaxed) {
+            return;
+        }
+        self.stop.abort(StopReason::Unresolved {
+            endpoint: self.endpoint.clone(),
+            detail: message.to_string(),
+        });
+    }
+
     /// Looks at a request's final outcome; an answer that says the run's
     /// configuration is wrong stops the run.
     pub fn judge(&self, result: &Result<Response, CallError>) {

@@ -211,15 +211,21 @@ impl Endpoint {
             Err(failure) => match failure.kind {
                 FailureKind::Timeout => Verdict::Timeout,
                 FailureKind::NoFirstByte => Verdict::Queued,
-                FailureKind::Transport | FailureKind::Tls(_) => Verdict::Transient,
+                FailureKind::Transport | FailureKind::Tls(_) | FailureKind::Unresolved => {
+                    Verdict::Transient
+                }
             },
         };
-        if let Err(AttemptFailure {
-            kind: FailureKind::Tls(why),
-            message,
-        }) = &result
-        {
-            self.health.tls_failed(*why, message);
+        match &result {
+            Err(AttemptFailure {
+                kind: FailureKind::Tls(why),
+                message,
+            }) => self.health.tls_failed(*why, message),
+            Err(AttemptFailure {
+                kind: FailureKind::Unresolved,
+                message,
+            }) => self.health.unresolved(message),
+            _ => {}
         }
         let mut behind = None;
         match verdict {
