@@ -1,9 +1,10 @@
-//! Whether an endpoint can serve the run at all. Two things no retry fixes
-//! stop the whole run instead of failing its rows one by one, hours later:
-//! an endpoint that refuses the run's requests (a bad key, no access, no such
-//! model or path), and one whose circuit breaker stays open past
-//! `abort_after_seconds`. Rows not finished by then keep no outcome, so a
-//! resume does them once the endpoint is back.
+//! Whether an endpoint can serve the run at all. What no retry fixes stops
+//! the whole run instead of failing its rows one by one, hours later: an
+//! endpoint that refuses the run's requests (a bad key, no access, no such
+//! model or path), one that cannot be reached before its first answer (a
+//! failed TLS handshake, a host name that does not resolve), and one whose
+//! circuit breaker stays open past `abort_after_seconds`. Rows not finished
+//! by then keep no outcome, so a resume does them once the endpoint is back.
 
 use super::breaker::{BreakerState, Transition};
 use super::dispatch::TlsFailure;
