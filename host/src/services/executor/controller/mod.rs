@@ -123,8 +123,8 @@ const MIN_JUDGED_COLLAPSED: u32 = 4;
 /// Losses whose latencies say how long a loss takes to be told (see
 /// `Controller::told_since_cut`).
 const LOSS_LATENCY_SAMPLE: usize = 8;
-/// The most outcomes kept to judge a cut by: far more than the few a
-/// judgement needs, even at a pool's largest limit.
+/// The most outcomes kept to judge a cut by, a judgement needing eight:
+/// beyond them, those sent first judge it.
 const MAX_SINCE_CUT: usize = 4096;
 /// The fewest answers a window judges a queue by.
 const MIN_QUEUE_JUDGED: u32 = 3;
