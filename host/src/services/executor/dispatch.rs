@@ -155,22 +155,16 @@ pub fn not_json(answer: &Answer) -> String {
 
 /// The TLS failure among `err`'s causes, if any.
 fn tls_failure(err: &reqwest::Error) -> Option<TlsFailure> {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(error) = cause {
-        if let Some(tls) = rustls_error(error) {
-            return Some(match tls {
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
-                    TlsFailure::Untrusted
-                }
-                rustls::Error::InvalidMessage(_)
-                | rustls::Error::InappropriateMessage { .. }
-                | rustls::Error::InappropriateHandshakeMessage { .. } => TlsFailure::NotTls,
-                _ => TlsFailure::Other,
-            });
+    let tls = causes(err).find_map(rustls_error)?;
+    Some(match tls {
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+            TlsFailure::Untrusted
         }
-        cause = error.source();
-    }
-    None
+        rustls::Error::InvalidMessage(_)
+        | rustls::Error::InappropriateMessage { .. }
+        | rustls::Error::InappropriateHandshakeMessage { .. } => TlsFailure::NotTls,
+        _ => TlsFailure::Other,
+    })
 }
 
 /// Whether `err` says the URL's host name does not resolve: the connector's
@@ -179,15 +173,18 @@ fn tls_failure(err: &reqwest::Error) -> Option<TlsFailure> {
 /// which a retry may get past. The resolver's reasons have no kind of
 /// their own, only their text.
 fn unresolved(err: &reqwest::Error) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(error) = cause {
-        if error.to_string() == "dns error" {
-            let why = error.source().map(|e| e.to_string().to_lowercase());
-            return why.is_some_and(|why| !why.contains("temporar") && !why.contains("try again"));
-        }
-        cause = error.source();
-    }
-    false
+    let Some(dns) = causes(err).find(|error| error.to_string() == "dns error") else {
+        return false;
+    };
+    let why = dns.source().map(|e| e.to_string().to_lowercase());
+    why.is_some_and(|why| !why.contains("temporar") && !why.contains("try again"))
+}
+
+/// `err` and the errors it was caused by, outermost first.
+fn causes(err: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |error| {
+        error.source()
+    })
 }
 
 /// rustls's error, as it is or as the payload of an `io::Error`: the

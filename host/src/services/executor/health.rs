@@ -7,7 +7,7 @@
 //! by then keep no outcome, so a resume does them once the endpoint is back.
 
 use super::breaker::{BreakerState, Transition};
-use super::dispatch::TlsFailure;
+use super::dispatch::{AttemptFailure, FailureKind, TlsFailure};
 use super::{CallError, Response};
 use crate::config::EndpointKind;
 use crate::services::stop::{RunStop, StopReason};
@@ -98,41 +98,43 @@ impl Health {
         });
     }
 
-    /// An attempt's TLS handshake failed. Before the endpoint's first
-    /// success that is the certificate or the URL's scheme, which no retry
-    /// fixes: the run stops. After it, a retry may find the server again.
-    pub fn tls_failed(&self, why: TlsFailure, message: &str) {
+    /// An attempt reached no server: its TLS handshake failed, or its host
+    /// name did not resolve. Before the endpoint's first success that is
+    /// the certificate, the URL's scheme or its host (misspelt, or a
+    /// machine that cannot reach its resolver), which no retry fixes: the
+    /// run stops rather than wait out the breaker. After it, a retry may
+    /// find the server again; other failures are the breaker's.
+    pub fn attempt_failed(&self, failure: &AttemptFailure) {
         if self.answered.load(Ordering::Relaxed) {
             return;
         }
-        let hint = match why {
-            TlsFailure::Untrusted => {
-                "; its certificate is not one weir trusts: SSL_CERT_FILE names a PEM bundle with \
-                 the CA to trust (of a self-hosted server, or of a company proxy that inspects TLS)"
+        let (endpoint, message) = (self.endpoint.clone(), &failure.message);
+        let reason = match failure.kind {
+            FailureKind::Tls(why) => {
+                let hint = match why {
+                    TlsFailure::Untrusted => {
+                        "; its certificate is not one weir trusts: SSL_CERT_FILE names a PEM \
+                         bundle with the CA to trust (of a self-hosted server, or of a company \
+                         proxy that inspects TLS)"
+                    }
+                    TlsFailure::NotTls => {
+                        "; what came back is not TLS: does base_url say https:// for a plain \
+                         HTTP server?"
+                    }
+                    TlsFailure::Other => "",
+                };
+                StopReason::TlsHandshake {
+                    endpoint,
+                    detail: format!("{message}{hint}"),
+                }
             }
-            TlsFailure::NotTls => {
-                "; what came back is not TLS: does base_url say https:// for a plain HTTP server?"
-            }
-            TlsFailure::Other => "",
+            FailureKind::Unresolved => StopReason::Unresolved {
+                endpoint,
+                detail: message.clone(),
+            },
+            FailureKind::Transport | FailureKind::Timeout | FailureKind::NoFirstByte => return,
         };
-        self.stop.abort(StopReason::TlsHandshake {
-            endpoint: self.endpoint.clone(),
-            detail: format!("{message}{hint}"),
-        });
-    }
-
-    /// An attempt's host name did not resolve. Before the endpoint's first
-    /// success that is `base_url` misspelt or a machine that cannot reach
-    /// its resolver: the run stops rather than wait out the breaker. After
-    /// it, a retry may find the resolver again.
-    pub fn unresolved(&self, message: &str) {
-        if self.answered.load(Ordering::Relaxed) {
-            return;
-        }
-        self.stop.abort(StopReason::Unresolved {
-            endpoint: self.endpoint.clone(),
-            detail: message.to_string(),
-        });
+        self.stop.abort(reason);
     }
 
     /// Looks at a request's final outcome; an answer that says the run's

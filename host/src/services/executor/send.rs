@@ -216,16 +216,8 @@ impl Endpoint {
                 }
             },
         };
-        match &result {
-            Err(AttemptFailure {
-                kind: FailureKind::Tls(why),
-                message,
-            }) => self.health.tls_failed(*why, message),
-            Err(AttemptFailure {
-                kind: FailureKind::Unresolved,
-                message,
-            }) => self.health.unresolved(message),
-            _ => {}
+        if let Err(failure) = &result {
+            self.health.attempt_failed(failure);
         }
         let mut behind = None;
         match verdict {
