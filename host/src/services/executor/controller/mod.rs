@@ -120,6 +120,10 @@ const MIN_JUDGED: u32 = 8;
 /// judged by the answers a window brings (see `Cut::cost_answers`), which a
 /// few say as well as many.
 const MIN_JUDGED_COLLAPSED: u32 = 4;
+/// Requests sent at a low load show an endpoint's room there once at
+/// least this many were answered with at most one refused for every this
+/// many answered (or two answered and none refused).
+const ROOM_SHOWN_BY: u32 = 4;
 /// Losses whose latencies say how long a loss takes to be told (see
 /// `Controller::told_since_cut`).
 const LOSS_LATENCY_SAMPLE: usize = 8;
@@ -326,13 +330,13 @@ pub struct Controller {
     /// the server becomes quicker.
     by_band: [Tally; BANDS],
     /// Answers and losses in the same bands: what the endpoint refuses
-    /// whatever the load (`usual_share`), and whether slow start's refusals
-    /// came from above a cut (`mostly_answered_up_to`). Kept when the round
-    /// trips are forgotten: the share lost at any load is no measure of the
-    /// server's speed. Against answers that take 0.75 to 2.25 s whatever the
-    /// load and a 2 s timeout, quicker windows came every few seconds, and
-    /// the sixth of requests timing out at any load was learned anew after
-    /// each.
+    /// whatever the load (`usual_share`), and whether slow start's
+    /// refusals came from above a cut (`nearly_all_answered_up_to`). Kept
+    /// when the round trips are forgotten: the share lost at any load is no
+    /// measure of the server's speed. Against answers that take 0.75 to
+    /// 2.25 s whatever the load and a 2 s timeout, quicker windows came
+    /// every few seconds, and the sixth of requests timing out at any load
+    /// was learned anew after each.
     outcomes_by_band: [Tally; BANDS],
     /// When each band was last answered.
     band_answered: [Option<Instant>; BANDS],

@@ -55,6 +55,33 @@ fn slow_starts_first_overshoot_is_cut_to_where_its_refusals_began() {
 }
 
 #[test]
+fn a_burst_that_answered_half_of_those_sent_alone_does_not_end_slow_start() {
+    // Whether slow start goes on after refusals at two and three in
+    // flight, given what the requests sent alone (`one`) and with one or two
+    // others (`two_or_three`) brought so far.
+    let after_cut = |one: Tally, two_or_three: Tally| {
+        let start = Instant::now();
+        let mut controller = Controller::new(4, 128, start);
+        controller.outcomes_by_band[0] = one;
+        controller.outcomes_by_band[1] = two_or_three;
+        for (i, in_flight) in [2, 3].into_iter().enumerate() {
+            let sent_at = start + Duration::from_millis(1 + i as u64);
+            controller.on_answer(sent_at, sent_at, in_flight, Signal::Overload);
+        }
+        assert!(controller.limit() < 4, "the refusals cut the limit");
+        controller.slow_start
+    };
+    // Four in five refused at every load: those sent alone, each often
+    // after the refusals of those sent with it, were answered half the
+    // time.
+    assert!(after_cut(tally(3, 2), tally(1, 6)));
+    assert!(after_cut(tally(4, 3), tally(2, 9)));
+    // An endpoint with room for two answers those sent alone.
+    assert!(!after_cut(tally(2, 0), tally(2, 3)));
+    assert!(!after_cut(tally(8, 1), tally(5, 6)));
+}
+
+#[test]
 fn a_cut_is_kept_with_its_reason_and_growth_is_not_a_decision() {
     let start = Instant::now();
     let mut controller = Controller::new(36, 128, start);
