@@ -272,8 +272,8 @@ pub struct Controller {
     /// The limit has been cut for losses before.
     cut_before: bool,
     /// Outcomes of requests sent since the pending cut, until enough judge
-    /// it: when each was sent, and whether it was lost.
-    since_cut: Vec<(Instant, bool)>,
+    /// it: when each was sent, and what it told (never `Neutral`).
+    since_cut: Vec<(Instant, Signal)>,
     /// How long the latest losses took to be told, from their sends, the
     /// oldest overwritten first; and how many there were in all.
     loss_latencies: [f64; LOSS_LATENCY_SAMPLE],
@@ -604,7 +604,7 @@ impl Controller {
             && signal != Signal::Neutral
             && self.since_cut.len() < MAX_SINCE_CUT
         {
-            self.since_cut.push((sent_at, signal == Signal::Overload));
+            self.since_cut.push((sent_at, signal));
         }
         // A loss that comes back after its window closed still counts
         // against the limit it was sent at: a request timed out in a
@@ -935,16 +935,12 @@ impl Controller {
         latest[..seen].sort_by(f64::total_cmp);
         let takes = Duration::from_secs_f64(if seen > 0 { latest[seen / 2] } else { 0.0 });
         let mut told = Tally::default();
-        for &(_, lost) in self
+        for &(_, signal) in self
             .since_cut
             .iter()
             .filter(|(sent_at, _)| *sent_at + takes <= now)
         {
-            if lost {
-                told.lost += 1;
-            } else {
-                told.ok += 1;
-            }
+            count(&mut told, signal);
         }
         told
     }

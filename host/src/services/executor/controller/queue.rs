@@ -360,7 +360,8 @@ impl Controller {
     }
 
     /// Whether the timeouts since the last change are no more than the
-    /// share the endpoint loses at any load explains (`usual_share`): then
+    /// share the endpoint loses at any load explains
+    /// (`lost_whatever_the_load`): then
     /// the one at hand is not the queue's, however it looked. Answers that
     /// take 0.75 to 2.25 s whatever the load, against a 2 s timeout, time a
     /// sixth of the requests out at any limit, and with a few in flight a

@@ -860,7 +860,12 @@ fn a_cut_is_judged_on_the_requests_sent_long_enough_ago_for_their_losses_to_be_t
     controller.losses_seen = LOSS_LATENCY_SAMPLE;
     // Eight requests sent half a second apart since the cut, every
     // fourth lost: at 4 s those sent by 2 s are told in full.
-    controller.since_cut = (0..8).map(|i| (at(500 * i), i % 4 == 0)).collect();
+    controller.since_cut = (0..8)
+        .map(|i| match i % 4 {
+            0 => (at(500 * i), Signal::Overload),
+            _ => (at(500 * i), Signal::Success),
+        })
+        .collect();
     let told = controller.told_since_cut(at(4_000));
     assert_eq!((told.ok, told.lost), (3, 2));
     // Losses told at once (refusals): every outcome so far counts.
