@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Goodput of one run against N shards run at once, on one capacity-capped
-# endpoint (the test LLM server, a test tool: it answers 429 beyond its
-# capacity, with `Retry-After: 0`), neither told the cap. Prints rows/s of
-# each and their ratio. STAGGER_MS starts the shards that far apart, as a
-# scheduler starting pods one after another does; WEIR runs another build.
+# Goodput of one run against N shards run at once on one endpoint (the
+# test LLM server, a test tool), neither told its limits. By default the
+# server is capped: it answers 429 beyond CAPACITY requests at once, with
+# `Retry-After: 0`. SERVER_ARGS adds flags of the test server
+# (`--retry-after 1`; `--requests-per-minute 6000` for a provider's rate
+# limit, with CAPACITY 0 for no cap). Prints rows/s of each and their ratio.
+# STAGGER_MS starts the shards that far apart, as a scheduler starting pods
+# one after another does; WEIR runs another build; KEEP_WORK=1 keeps the
+# pipelines, logs and audit databases.
 #   bench/shards.sh [ROWS] [SHARDS] [CAPACITY] [LATENCY_MS] [STAGGER_MS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +21,21 @@ cargo build --release -q -p weir-test-llm-server
 target=${CARGO_TARGET_DIR:-$PWD/target}
 weir=${WEIR:-$target/release/weir}
 work=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill $server 2>/dev/null || true; if [[ -n ${KEEP_WORK:-} ]]; then echo "work files in $work"; else rm -rf "$work"; fi' EXIT
 port=18300
-"$target/release/weir-test-llm-server" --port "$port" --latency-ms "$latency" --capacity "$capacity" &
-server=$!
-for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+server_args=(--port "$port" --latency-ms "$latency")
+if ((capacity > 0)); then server_args+=(--capacity "$capacity"); fi
+# shellcheck disable=SC2206 # SERVER_ARGS is a list of flags, split on purpose
+server_args+=(${SERVER_ARGS:-})
+# Each of the two runs gets a server of its own, started afresh: a rate
+# window the one run spent would otherwise leave the shards none of the
+# room it began with.
+start_server() {
+  "$target/release/weir-test-llm-server" "${server_args[@]}" &
+  server=$!
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+}
+start_server
 python3 - "$work" "$rows" "$port" <<'PY'
 import sys
 work, rows, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -52,6 +66,9 @@ export OPENAI_API_KEY=test
 start=$(date +%s.%N)
 "$weir" run "$work/single.yaml" --no-progress 2>"$work/single.log"
 single=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
+kill "$server"
+wait "$server" 2>/dev/null || true
+start_server
 start=$(date +%s.%N)
 pids=()
 for ((i = 0; i < shards; i++)); do
@@ -63,13 +80,19 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 "$weir" merge "$work/sharded.yaml" --shards "$shards" >/dev/null
 sharded=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
 cmp "$work/single/out.csv" "$work/sharded/out.csv"
-ideal=$(python3 -c "print($rows * $latency / 1000 / $capacity)")
-python3 - "$rows" "$single" "$sharded" "$ideal" "$shards" <<'PY'
+python3 - "$rows" "$single" "$sharded" "$shards" "$capacity" "$latency" "${SERVER_ARGS:-}" <<'PY'
 import sys
-rows, single, sharded, ideal, shards = int(sys.argv[1]), *map(float, sys.argv[2:5]), sys.argv[5]
-print(f"capped server, {rows} rows, ideal {ideal:.1f} s")
-print(f"  one run      {single:6.1f} s  {rows / single:7.1f} rows/s  goodput {ideal / single:5.1%}")
-print(f"  {shards} shards     {sharded:6.1f} s  {rows / sharded:7.1f} rows/s  goodput {ideal / sharded:5.1%}  (merge included; outputs identical)")
+rows, single, sharded = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+shards, capacity, latency, extra = sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+if capacity > 0:
+    ideal = rows * latency / 1000 / capacity
+    print(f"capped server ({capacity}) {extra}, {rows} rows, ideal {ideal:.1f} s")
+    goodput = lambda wall: f"  goodput {ideal / wall:5.1%}"
+else:
+    print(f"server {extra}, {rows} rows")
+    goodput = lambda wall: ""
+print(f"  one run      {single:6.1f} s  {rows / single:7.1f} rows/s{goodput(single)}")
+print(f"  {shards} shards     {sharded:6.1f} s  {rows / sharded:7.1f} rows/s{goodput(sharded)}  (merge included; outputs identical)")
 print(f"  shards / one run: {single / sharded:.2f}x throughput")
 PY
 # Each run's own account: requests sent and 429s met, its adaptive limit's
