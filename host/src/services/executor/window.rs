@@ -22,10 +22,14 @@ pub struct ProviderWindows {
     tokens: [TokenWindow; 3],
     /// Requests sent so far, the number of the next one.
     sent: u64,
-    /// Of each window's room and refill, what is this endpoint's: a shard
-    /// of a run whose shards share the key follows its share of the window
-    /// (see `Mirror::follow`).
+    /// Of each window's room and refill, what is this endpoint's at the
+    /// least: a shard of a run whose shards share the key follows its share
+    /// of the window (see `Mirror::follow`).
     share: f64,
+    /// How many requests the request window's fall shows for each of this
+    /// endpoint's: the shards running, where their rates are alike (see
+    /// `ProviderWindows::share`).
+    sharers: CostFromReports,
 }
 
 /// A request as the windows follow it: its number among those sent, and
@@ -120,9 +124,10 @@ struct Mirror {
     /// What the window held at `at`, less what was sent since; below zero
     /// when more was sent than it held.
     level: f64,
-    /// The most it was ever reported to hold: it refills no further, or
-    /// to one request when that is more.
-    capacity: f64,
+    /// The most it was ever reported to hold: it refills no further than
+    /// its share of that, or one request when that is more.
+    most: f64,
+    share: f64,
     at: Instant,
     /// What a request takes of it.
     cost: f64,
@@ -146,6 +151,7 @@ impl ProviderWindows {
             tokens: [Counted::All, Counted::Input, Counted::Output].map(TokenWindow::new),
             sent: 0,
             share: 1.0 / f64::from(shards.max(1)),
+            sharers: CostFromReports::default(),
         }
     }
 
@@ -177,6 +183,27 @@ impl ProviderWindows {
         for window in &mut self.tokens {
             window.cost.refused(sent_as);
         }
+        self.sharers.refused(sent_as);
+    }
+
+    /// This endpoint's share of each window: one over the requests the
+    /// request window's fall shows for each of its own, between the
+    /// configured share and the whole. A run's shards need not all run at
+    /// once (a Kubernetes Job of 100 completions run ten at a time, a
+    /// throttled Slurm array, the last shards of any run): one shard of
+    /// sixteen running alone used 0.87 of the window at the configured
+    /// share, 0.99 at the share read (`tests`, `shards_sharing_a_window_…`).
+    /// The fall is read as if the window had let none of its refill go
+    /// while full: where it had, the requests are overcounted and the share
+    /// read low, never high. Read from the fall less that refill, two
+    /// shards of a hundred running together, the window full at first,
+    /// each saw fewer requests than its own and took more than half: 157
+    /// refused in 20 s, none so.
+    fn share(&self) -> f64 {
+        match self.sharers.learned() {
+            Some(sharers) if self.share < 1.0 => (1.0 / sharers.at_most).clamp(self.share, 1.0),
+            _ => self.share,
+        }
     }
 
     /// Takes in the report of the answer to request `sent`, with what
@@ -205,7 +232,13 @@ impl ProviderWindows {
         let sent_as = sent.number;
         let after = self.sent.saturating_sub(sent_as + 1) as f64;
         let unanswered_before = sent.unanswered_before as f64;
-        let share = self.share;
+        if let Some(quota) = report.requests
+            && let Some(per_minute) = quota.per_minute
+        {
+            self.sharers
+                .observe(now, sent_as, quota.remaining as f64, per_minute / 60.0);
+        }
+        let share = self.share();
         let mut hold = None;
         if let Some(quota) = report.requests {
             let uncounted = Uncounted {
@@ -331,6 +364,9 @@ struct Learned {
     /// full, over the requests read, for `per_request` to be only what they
     /// took at the least.
     at_least: bool,
+    /// What they took at the most: had the window let go none of its
+    /// refill.
+    at_most: f64,
 }
 
 struct Checkpoint {
@@ -413,9 +449,11 @@ impl CostFromReports {
             return;
         }
         let taken = first.left - remaining + (absorbed - first.absorbed);
+        let let_go = let_go - first.let_go;
         self.estimate = Some(Learned {
             per_request: (taken / taking as f64).max(0.0),
-            at_least: let_go - first.let_go > taken * UNSURE,
+            at_least: let_go > taken * UNSURE,
+            at_most: ((taken + let_go) / taking as f64).max(0.0),
         });
     }
 
@@ -452,8 +490,9 @@ impl Mirror {
     /// were refused.
     ///
     /// A shard of a run whose shards share the key copies its `share` of
-    /// the window: of what each report says is left, of the most it held
-    /// and of its refill; its own requests take from that share whole.
+    /// the window (`ProviderWindows::share`): of what each report says is
+    /// left, of the most it held and of its refill; its own requests take
+    /// from that share whole.
     /// Shards that start together thus split the room rather than each
     /// spending all of it, and one whose peers are done or slower finds
     /// its share of the room they left at every report, so the shards
@@ -474,17 +513,18 @@ impl Mirror {
         let remaining = quota.remaining as f64 * share;
         let at_most = remaining - uncounted.after * uncounted.cost;
         let at_least = at_most - uncounted.unanswered_before * uncounted.cost;
-        let (level, capacity) = match mirror.as_ref() {
+        let (level, most) = match mirror.as_ref() {
             Some(known) => (
                 known.level_at(now).clamp(at_least, at_most),
-                known.capacity.max(remaining),
+                known.most.max(quota.remaining as f64),
             ),
-            None => (at_most, remaining),
+            None => (at_most, quota.remaining as f64),
         };
         *mirror = Some(Mirror {
             per_second: per_minute * share / 60.0,
             level,
-            capacity,
+            most,
+            share,
             at: now,
             cost: uncounted.cost,
         });
@@ -495,7 +535,7 @@ impl Mirror {
         // It holds a whole request at least, though never seen to: waiting
         // for more than it holds would wait for ever, with no answer coming
         // to say more.
-        (self.level + refilled).min(self.capacity.max(self.cost))
+        (self.level + refilled).min((self.most * self.share).max(self.cost))
     }
 
     fn ready_at(&self, now: Instant) -> Option<Instant> {
@@ -905,12 +945,18 @@ mod tests {
         );
     }
 
-    /// Requests and refusals of `active` shards of `shards` against one
-    /// window of 600 requests refilling at 6,000 a minute, over `seconds`.
-    /// Each sends whenever its copy of the window has room, as many at
-    /// once as a slow start from four allows (two more for each answer, up
-    /// to 256), every answer 100 ms after its send.
-    fn shards_against_one_window(shards: u32, active: usize, seconds: u64) -> (u32, u32) {
+    /// Requests answered and refused of `running` shards of a run of
+    /// `shards`, started `apart` ms one after another, against one window
+    /// of 600 requests refilling at 6,000 a minute, over `seconds`. Each
+    /// sends whenever its copy of the window has room, as many at once as a
+    /// slow start from four allows (two more for each answer, up to 256),
+    /// every answer 100 ms after its send.
+    fn shards_against_one_window(
+        shards: u32,
+        running: usize,
+        seconds: u64,
+        apart: u64,
+    ) -> (u32, u32) {
         struct Shard {
             windows: ProviderWindows,
             /// When each request in flight is answered, with what it
@@ -919,7 +965,7 @@ mod tests {
             limit: usize,
         }
         let start = Instant::now();
-        let mut shard_list: Vec<Shard> = (0..active)
+        let mut shard_list: Vec<Shard> = (0..running)
             .map(|_| Shard {
                 windows: ProviderWindows::shared_by(shards),
                 in_flight: VecDeque::new(),
@@ -932,7 +978,10 @@ mod tests {
         for ms in 0..seconds * 1000 {
             let now = start + Duration::from_millis(ms);
             left = (left + per_ms).min(capacity);
-            for shard in &mut shard_list {
+            for (i, shard) in shard_list.iter_mut().enumerate() {
+                if ms < i as u64 * apart {
+                    continue;
+                }
                 while let Some(&(at, sent, remaining, was_refused)) = shard.in_flight.front() {
                     if at > now {
                         break;
@@ -973,14 +1022,24 @@ mod tests {
     async fn shards_sharing_a_window_keep_it_busy_without_overdrawing_it() {
         // 600 at once, then 100 a second.
         let room = 600.0 + 100.0 * 20.0;
-        for active in [1, 2, 4] {
-            let (answered, refused) = shards_against_one_window(4, active, 20);
+        // (shards of the run, shards running, ms between their starts)
+        let cases = [
+            (4, 1, 0),
+            (4, 2, 0),
+            (4, 4, 0),
+            (4, 4, 3_000),
+            (16, 1, 0),
+            (100, 2, 0),
+            (100, 10, 1_000),
+        ];
+        for (shards, running, apart) in cases {
+            let (answered, refused) = shards_against_one_window(shards, running, 20, apart);
             let used = f64::from(answered) / room;
             let overdrawn = f64::from(refused) / f64::from(answered + refused);
             assert!(
                 used >= 0.9 && overdrawn <= 0.02,
-                "{active} of 4 shards: {answered} answered ({used:.2} of the window), \
-                 {refused} refused"
+                "{running} of {shards} shards {apart} ms apart: {answered} answered ({used:.2} \
+                 of the window), {refused} refused"
             );
         }
     }
