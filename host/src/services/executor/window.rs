@@ -232,7 +232,9 @@ impl ProviderWindows {
         let sent_as = sent.number;
         let after = self.sent.saturating_sub(sent_as + 1) as f64;
         let unanswered_before = sent.unanswered_before as f64;
-        if let Some(quota) = report.requests
+        // Only a shard has peers to read off the fall.
+        if self.share < 1.0
+            && let Some(quota) = report.requests
             && let Some(per_minute) = quota.per_minute
         {
             self.sharers
@@ -492,11 +494,11 @@ impl Mirror {
     /// A shard of a run whose shards share the key copies its `share` of
     /// the window (`ProviderWindows::share`): of what each report says is
     /// left, of the most it held and of its refill; its own requests take
-    /// from that share whole.
-    /// Shards that start together thus split the room rather than each
-    /// spending all of it, and one whose peers are done or slower finds
-    /// its share of the room they left at every report, so the shards
-    /// together keep the window as busy as one run does. Reading each of
+    /// from that share whole. Shards that start together thus split the
+    /// room rather than each spending all of it, and one whose peers are
+    /// done or slower finds its share of the room they left at every
+    /// report, so the shards together keep the window as busy as one run
+    /// does. Reading each of
     /// this shard's requests as one from every shard did neither: a shard
     /// whose copy had refilled to the whole window sent 256 at once,
     /// counted 1,024 taken and held every request for up to 27 s; four
@@ -891,18 +893,6 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_shard_refills_at_its_share_of_the_rate() {
-        let now = Instant::now();
-        let mut windows = ProviderWindows::shared_by(4);
-        let sent = windows.dispatched(now, 0);
-        windows.follow(now, &requests(600.0, 0), sent, RequestTokens::default());
-        assert_eq!(
-            windows.ready_at(now),
-            Some(now + Duration::from_millis(400))
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn a_window_first_seen_empty_does_not_hold_requests_for_ever() {
         let now = Instant::now();
         let mut windows = ProviderWindows::default();
@@ -938,7 +928,7 @@ mod tests {
             assert_eq!(windows.ready_at(now), None);
             windows.dispatched(now, unanswered);
         }
-        // Its share refills at 150 a minute.
+        // Its share refills at its share of the rate: 150 a minute.
         assert_eq!(
             windows.ready_at(now),
             Some(now + Duration::from_millis(400))
