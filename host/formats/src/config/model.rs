@@ -202,9 +202,10 @@ pub struct EndpointSpec {
     #[serde(default)]
     pub cache: CacheSpec,
     /// In a sharded run, each shard gets `requests_per_minute` and
-    /// `tokens_per_minute` divided by the shard count, and takes the same
-    /// share of the rate windows the provider reports, unless this is true
-    /// (each shard has its own key, say).
+    /// `tokens_per_minute` divided by the shard count, and takes its share
+    /// of the rate windows the provider reports (at least that one, more
+    /// where fewer shards are running), unless this is true (each shard has
+    /// its own key, say).
     #[serde(default)]
     pub rate_limits_per_shard: bool,
     /// The shards of a sharded run that share this endpoint's key, and with
