@@ -198,12 +198,11 @@ impl ProviderWindows {
     /// read low, never high. Read from the fall less that refill, two
     /// shards of a hundred running together, the window full at first,
     /// each saw fewer requests than its own and took more than half: 157
-    /// refused in 20 s, none so.
+    /// refused in 20 s, none so. Only a shard reads the fall (`follow`).
     fn share(&self) -> f64 {
-        match self.sharers.learned() {
-            Some(sharers) if self.share < 1.0 => (1.0 / sharers.at_most).clamp(self.share, 1.0),
-            _ => self.share,
-        }
+        self.sharers.learned().map_or(self.share, |sharers| {
+            (1.0 / sharers.at_most).clamp(self.share, 1.0)
+        })
     }
 
     /// Takes in the report of the answer to request `sent`, with what
@@ -498,12 +497,11 @@ impl Mirror {
     /// room rather than each spending all of it, and one whose peers are
     /// done or slower finds its share of the room they left at every
     /// report, so the shards together keep the window as busy as one run
-    /// does. Reading each of
-    /// this shard's requests as one from every shard did neither: a shard
-    /// whose copy had refilled to the whole window sent 256 at once,
-    /// counted 1,024 taken and held every request for up to 27 s; four
-    /// shards of a 3,000-row run against 6,000 requests a minute took twice
-    /// as long as one run, eight shards five times.
+    /// does. Reading each of this shard's requests as one from every shard
+    /// did neither: a shard whose copy had refilled to the whole window
+    /// sent 256 at once, counted 1,024 taken and held every request for up
+    /// to 27 s; four shards of a 3,000-row run against 6,000 requests a
+    /// minute took twice as long as one run, eight shards five times.
     fn follow(
         mirror: &mut Option<Mirror>,
         now: Instant,
@@ -512,15 +510,15 @@ impl Mirror {
         share: f64,
         uncounted: Uncounted,
     ) {
-        let remaining = quota.remaining as f64 * share;
-        let at_most = remaining - uncounted.after * uncounted.cost;
+        let reported = quota.remaining as f64;
+        let at_most = reported * share - uncounted.after * uncounted.cost;
         let at_least = at_most - uncounted.unanswered_before * uncounted.cost;
         let (level, most) = match mirror.as_ref() {
             Some(known) => (
                 known.level_at(now).clamp(at_least, at_most),
-                known.most.max(quota.remaining as f64),
+                known.most.max(reported),
             ),
-            None => (at_most, quota.remaining as f64),
+            None => (at_most, reported),
         };
         *mirror = Some(Mirror {
             per_second: per_minute * share / 60.0,

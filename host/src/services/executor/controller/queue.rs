@@ -359,16 +359,15 @@ impl Controller {
         self.ceiling = self.limit;
     }
 
-    /// Whether the timeouts since the last change are no more than the
-    /// share the endpoint loses at any load explains
-    /// (`lost_whatever_the_load`): then
-    /// the one at hand is not the queue's, however it looked. Answers that
-    /// take 0.75 to 2.25 s whatever the load, against a 2 s timeout, time a
-    /// sixth of the requests out at any limit, and with a few in flight a
-    /// timed-out request is often the last of those sent about then to be
-    /// answered, as a queue's would be: each such timeout set the limit to
-    /// the one or two answers that came during its wait, and 200 rows at
-    /// `pool_size: 16` took 26 to 115 s against 29 at a fixed 16.
+    /// Whether the timeouts since the last change are no more than the share
+    /// the endpoint loses at any load explains (`lost_whatever_the_load`): then
+    /// the one at hand is not the queue's, however it looked. Answers that take
+    /// 0.75 to 2.25 s whatever the load, against a 2 s timeout, time a sixth of
+    /// the requests out at any limit, and with a few in flight a timed-out
+    /// request is often the last of those sent about then to be answered, as a
+    /// queue's would be: each such timeout set the limit to the one or two
+    /// answers that came during its wait, and 200 rows at `pool_size: 16` took
+    /// 26 to 115 s against 29 at a fixed 16.
     fn times_out_whatever_the_load(&self) -> bool {
         let usual = self.lost_whatever_the_load();
         usual > 0.0 && !self.more_lost_than(self.since_change.lost.max(1), usual)
