@@ -1745,8 +1745,11 @@ async fn capped_servers_of_every_size_and_speed_are_used_near_capacity() {
     // Caps from 2 to 200, answers in 20 ms to 2 s, `cap * 60` rows: the
     // adaptive limit against a client told the cap. At 20 ms a run lasts
     // 1.4 s, and a row refused while the limit finds the cap waits out its
-    // 1 s Retry-After, so only the calls are bounded there.
-    for cap in [2usize, 8, 32, 128, 200] {
+    // 1 s Retry-After, so only the calls are bounded there. A probe of a
+    // small cap's edge every few round trips costs a refusal a few rows:
+    // 1.3 calls per row at a cap of 2 before probes of an edge found again
+    // waited longer each time.
+    for cap in [2usize, 4, 8, 32, 128, 200] {
         for ms in [20u64, 300, 2000] {
             let over_wire = || capped_over_wire(cap, Duration::from_millis(ms));
             let rows = (cap * 60).max(200);
@@ -1760,7 +1763,10 @@ async fn capped_servers_of_every_size_and_speed_are_used_near_capacity() {
                 run.seconds, told.seconds
             );
             assert_eq!(run.ok, rows);
-            assert!(calls <= 1.3, "cap {cap}, {ms} ms: {calls:.3} calls per row");
+            assert!(
+                calls <= 1.15,
+                "cap {cap}, {ms} ms: {calls:.3} calls per row"
+            );
             if ms >= 300 {
                 assert!(
                     ratio <= 1.15,

@@ -230,6 +230,10 @@ impl Controller {
             refused: lost,
             slow_start: self.slow_start,
         };
+        self.note_edge(self.limit, now);
+        if lost <= 1 && self.back_at_pending_edge() {
+            self.pending = None;
+        }
         self.decided(why, self.limit);
         // Refusals are the endpoint's word on its room, whatever the queue.
         self.drop_drain();
@@ -371,6 +375,7 @@ impl Controller {
     /// over, once from 12 to 28 slots against a server taking 8.
     pub(super) fn undo(&mut self, cut: Cut, loss: f64) {
         let from = self.limit;
+        self.edge_hold = None;
         self.limit = self.limit.max(cut.before);
         self.ceiling = self.ceiling.max(cut.ceiling_before);
         self.usual_loss = self.usual_loss.max(loss.min(MAX_USUAL_LOSS));

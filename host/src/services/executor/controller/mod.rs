@@ -46,7 +46,8 @@
 //!   the limit of the last cut served per round trip, then slow probing
 //!   beyond it that doubles every round trip, its least step following time
 //!   rather than round trips against an endpoint that refuses whatever the
-//!   load (`GROWTH_ROUND_TRIP`).
+//!   load (`GROWTH_ROUND_TRIP`). Cuts made again and again from the same
+//!   limit hold growth below it for twice as long each time (`edge.rs`).
 //! - A run's last stretch does not probe beyond the edge (`tail_limit`).
 //!
 //! Nothing here reads a clock: every event carries its instant, so the
@@ -54,6 +55,7 @@
 
 mod decision;
 mod drain;
+mod edge;
 mod losses;
 mod no_load;
 mod queue;
@@ -63,6 +65,7 @@ mod tests;
 
 pub use decision::{Decision, Why};
 use drain::Drain;
+use edge::EdgeHold;
 use losses::Cut;
 use queue::{QueueCut, QueueCuts};
 use std::time::Duration;
@@ -324,6 +327,9 @@ pub struct Controller {
     /// The limit grew back towards the ceiling as in slow start since the
     /// last cut.
     grew_back: bool,
+    /// The whole-number limit the last cuts for losses were made from,
+    /// which growth waits below for a while (see `edge.rs`).
+    edge_hold: Option<EdgeHold>,
     /// Successful answers by the requests in flight when theirs was sent,
     /// in bands of powers of two (1, 2–3, 4–7, …), the older halved as they
     /// fill: the round trip at lower loads (`not_a_queue`), forgotten when
@@ -419,6 +425,7 @@ impl Controller {
             floor_held: None,
             most_answered: 0,
             grew_back: false,
+            edge_hold: None,
             by_band: [Tally::default(); BANDS],
             outcomes_by_band: [Tally::default(); BANDS],
             band_answered: [None; BANDS],
@@ -637,7 +644,7 @@ impl Controller {
                     || self.usual_share() < MIN_CUT
                     || now >= self.last_change + self.window_len());
             if signal == Signal::Overload
-                && (self.pending.is_none() || massive)
+                && (self.pending.is_none() || massive || self.back_at_pending_edge())
                 && self.overloaded(lost)
                 && self.cut_for_losses(lost, now)
             {
@@ -723,7 +730,7 @@ impl Controller {
             self.end_drain_once_answered(now);
         }
         if self.last_saturated >= sent_at && !queue_building && !delayed && self.drain.is_none() {
-            self.grow();
+            self.grow(now);
         }
     }
 
@@ -754,7 +761,7 @@ impl Controller {
         self.srtt().unwrap_or(WINDOW_WITHOUT_RTT)
     }
 
-    fn grow(&mut self) {
+    fn grow(&mut self, now: Instant) {
         // Far below what the endpoint was found to serve, the limit grows
         // back as in slow start, as TCP does below its threshold after a
         // timeout: the endpoint took that many at once before, and a burst
@@ -776,7 +783,11 @@ impl Controller {
             growth_per_round_trip(self.limit, self.ceiling, round_trips)
         };
         // One answer of the `limit` a round trip brings back.
-        self.limit = (self.limit + per_round_trip / self.limit.floor()).min(self.max);
+        let grown = self.limit + per_round_trip / self.limit.floor();
+        self.limit = grown
+            .min(self.max)
+            .min(self.edge_bound(now).max(self.limit));
+        self.note_edge_reached(now);
     }
 
     /// Counts the answer in the window its request was sent in, or the one
@@ -820,6 +831,7 @@ impl Controller {
         self.served_full_window |= served_clean;
         if served_clean {
             self.floor_held = None;
+            self.edge_served(self.window.start);
         }
         self.most_answered = self.most_answered.max(tally.ok);
         // A window sent (in part) before the last change says nothing of it,

@@ -292,7 +292,7 @@ fn a_burst_that_cuts_again_and_again_heads_back_to_what_was_answered() {
         c.last_loss = Some(last_loss);
         for _ in 0..2 {
             for _ in 0..c.limit() {
-                c.grow();
+                c.grow(start);
             }
         }
         c.limit
@@ -872,4 +872,50 @@ fn a_cut_is_judged_on_the_requests_sent_long_enough_ago_for_their_losses_to_be_t
     controller.loss_latencies = [0.001; LOSS_LATENCY_SAMPLE];
     let told = controller.told_since_cut(at(4_000));
     assert_eq!((told.ok, told.lost), (6, 2));
+}
+
+#[test]
+fn an_edge_found_again_and_again_is_probed_less_often_each_time() {
+    let start = Instant::now();
+    let rtt = Duration::from_millis(200);
+    let mut controller = Controller::new(4, 64, start);
+    (controller.slow_start, controller.srtt) = (false, Some(rtt.as_secs_f64()));
+    // How long growth is held below the edge after each of its findings:
+    // doubling, up to 64 answers' worth of round trips at 5 slots (13).
+    let held = |controller: &Controller, at: Instant| {
+        (0..64u32)
+            .find(|&k| controller.edge_bound(at + k * rtt + rtt / 2) == f64::INFINITY)
+            .unwrap()
+    };
+    let mut holds = Vec::new();
+    for i in 0..6u32 {
+        let at = start + i * Duration::from_secs(10);
+        controller.limit = 5.4;
+        controller.note_edge(controller.limit, at);
+        assert!(controller.edge_bound(at) < 5.0);
+        assert_eq!(controller.edge_bound(at).floor(), 4.0);
+        holds.push(held(&controller, at));
+    }
+    assert_eq!(holds, [1, 2, 4, 8, 13, 13]);
+
+    // Another edge starts over; so does a window begun at the edge and
+    // served clean, once growth is back there.
+    let at = start + Duration::from_secs(100);
+    controller.limit = 7.2;
+    controller.note_edge(controller.limit, at);
+    assert_eq!(held(&controller, at), 1);
+    controller.note_edge(controller.limit, at);
+    controller.limit = 7.0;
+    controller.note_edge_reached(at + 3 * rtt);
+    controller.edge_served(at + 2 * rtt);
+    assert!(
+        controller.edge_hold.is_some(),
+        "a window begun below the edge"
+    );
+    controller.edge_served(at + 3 * rtt);
+    assert!(controller.edge_hold.is_none());
+    // Nor does slow start hold anything.
+    controller.slow_start = true;
+    controller.note_edge(7.2, at);
+    assert_eq!(controller.edge_bound(at), f64::INFINITY);
 }
