@@ -13,47 +13,20 @@ rows=${1:-300}
 capacity=${2:-4}
 latency=${3:-200}
 pool=${4:-64}
-cargo build --release -q -p weir
-cargo build --release -q -p weir-test-llm-server
-target=${CARGO_TARGET_DIR:-$PWD/target}
-weir=${WEIR:-$target/release/weir}
+# shellcheck source=bench/common.sh
+source bench/common.sh
+build_weir_and_test_server
 work=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill $server 2>/dev/null || true; if [[ -n ${KEEP_WORK:-} ]]; then echo "work files in $work"; else rm -rf "$work"; fi' EXIT
 port=18310
-python3 - "$work" "$rows" "$port" "$pool" <<'PY'
-import sys
-work, rows, port, pool = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-with open(f"{work}/in.csv", "w") as f:
-    f.write("id,text\n")
-    for i in range(rows):
-        f.write(f"{i},review {i}: it was fine\n")
-with open(f"{work}/pipeline.yaml", "w") as f:
-    f.write(f"""source:
-  path: in.csv
-endpoints:
-  llm:
-    base_url: http://127.0.0.1:{port}/v1
-    api_key: test
-    pool_size: {pool}
-transforms:
-  - name: ask
-    component: llm
-    endpoints: [llm]
-    options:
-      template: "{{{{ row.text }}}}"
-sinks:
-  - path: out.csv
-""")
-PY
+write_rows_and_pipelines "$work" "$rows" "$port" "$pool" pipeline
 # shellcheck disable=SC2206 # SERVER_ARGS is a list of flags, split on purpose
 server_args=(--port "$port" --latency-ms "$latency" --capacity "$capacity" ${SERVER_ARGS:---retry-after 1})
 ideal=$(python3 -c "print(f'{$rows * $latency / 1000 / $capacity:.2f}')")
 echo "capped server ($capacity at once, ${latency} ms, ${server_args[*]:6}), $rows rows, pool_size $pool, ideal ${ideal} s"
 for ((run = 1; run <= ${RUNS:-1}; run++)); do
-  "$target/release/weir-test-llm-server" "${server_args[@]}" >/dev/null &
-  server=$!
-  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-  rm -f "$work"/weir-audit.sqlite* "$work"/out.csv
+  start_server
+  rm -rf "$work"/pipeline
   start=$(date +%s.%N)
   (cd "$work" && "$weir" run pipeline.yaml --no-progress 2>run.log)
   end=$(date +%s.%N)
@@ -62,9 +35,9 @@ for ((run = 1; run <= ${RUNS:-1}; run++)); do
   python3 - "$work" "$rows" "$start" "$end" "$ideal" <<'PY'
 import sqlite3, sys
 work, rows, start, end, ideal = sys.argv[1], int(sys.argv[2]), *map(float, sys.argv[3:])
-calls = sqlite3.connect(f"{work}/weir-audit.sqlite").execute("select count(*) from calls").fetchone()[0]
+calls = sqlite3.connect(f"file:{work}/pipeline/weir-audit.sqlite?mode=ro", uri=True).execute("select count(*) from calls").fetchone()[0]
 wall = end - start
 print(f"  {wall:6.2f} s  goodput {ideal / wall:5.1%}  {calls / rows:.3f} calls per row ({calls - rows} refused)")
 PY
-  (cd "$work" && "$weir" runs 1 --audit weir-audit.sqlite | grep -E 'concurrency limit|last limit decision' | sed 's/^ */    /')
+  (cd "$work" && "$weir" runs 1 --audit pipeline/weir-audit.sqlite | grep -E 'concurrency limit|last limit decision' | sed 's/^ */    /')
 done

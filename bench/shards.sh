@@ -16,10 +16,9 @@ shards=${2:-4}
 capacity=${3:-32}
 latency=${4:-100}
 stagger=${5:-0}
-cargo build --release -q -p weir
-cargo build --release -q -p weir-test-llm-server
-target=${CARGO_TARGET_DIR:-$PWD/target}
-weir=${WEIR:-$target/release/weir}
+# shellcheck source=bench/common.sh
+source bench/common.sh
+build_weir_and_test_server
 work=$(mktemp -d)
 trap 'kill $server 2>/dev/null || true; if [[ -n ${KEEP_WORK:-} ]]; then echo "work files in $work"; else rm -rf "$work"; fi' EXIT
 port=18300
@@ -30,38 +29,8 @@ server_args+=(${SERVER_ARGS:-})
 # Each of the two runs gets a server of its own, started afresh: a rate
 # window the one run spent would otherwise leave the shards none of the
 # room it began with.
-start_server() {
-  "$target/release/weir-test-llm-server" "${server_args[@]}" &
-  server=$!
-  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-}
 start_server
-python3 - "$work" "$rows" "$port" <<'PY'
-import sys
-work, rows, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-with open(f"{work}/in.csv", "w") as f:
-    f.write("id,text\n")
-    for i in range(rows):
-        f.write(f"{i},review {i}: it was fine\n")
-for name in ("single", "sharded"):
-    with open(f"{work}/{name}.yaml", "w") as f:
-        f.write(f"""source:
-  path: in.csv
-endpoints:
-  llm:
-    base_url: http://127.0.0.1:{port}/v1
-    api_key: test
-    pool_size: 256
-transforms:
-  - name: ask
-    component: llm
-    endpoints: [llm]
-    options:
-      template: "{{{{ row.text }}}}"
-sinks:
-  - path: {name}/out.csv
-""")
-PY
+write_rows_and_pipelines "$work" "$rows" "$port" 256 single sharded
 export OPENAI_API_KEY=test
 start=$(date +%s.%N)
 "$weir" run "$work/single.yaml" --no-progress 2>"$work/single.log"
