@@ -5,7 +5,8 @@
 # the limit's decisions. Small caps are where probing the edge costs most:
 # each refused probe is a call, and a cap of 4 serves few rows between
 # probes. SERVER_ARGS adds flags of the test server (`--retry-after 1` by
-# default); WEIR runs another build; RUNS repeats the run.
+# default); WEIR runs another build; RUNS repeats the run; KEEP_WORK=1
+# keeps the pipeline, logs and audit database.
 #   bench/capped.sh [ROWS] [CAPACITY] [LATENCY_MS] [POOL_SIZE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +17,7 @@ pool=${4:-64}
 # shellcheck source=bench/common.sh
 source bench/common.sh
 build_weir_and_test_server
-work=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; if [[ -n ${KEEP_WORK:-} ]]; then echo "work files in $work"; else rm -rf "$work"; fi' EXIT
+make_work_dir
 port=18310
 write_rows_and_pipelines "$work" "$rows" "$port" "$pool" pipeline
 # shellcheck disable=SC2206 # SERVER_ARGS is a list of flags, split on purpose
@@ -30,8 +30,7 @@ for ((run = 1; run <= ${RUNS:-1}; run++)); do
   start=$(date +%s.%N)
   (cd "$work" && "$weir" run pipeline.yaml --no-progress 2>run.log)
   end=$(date +%s.%N)
-  kill "$server"
-  wait "$server" 2>/dev/null || true
+  stop_server
   python3 - "$work" "$rows" "$start" "$end" "$ideal" <<'PY'
 import sqlite3, sys
 work, rows, start, end, ideal = sys.argv[1], int(sys.argv[2]), *map(float, sys.argv[3:])

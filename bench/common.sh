@@ -9,12 +9,25 @@ build_weir_and_test_server() {
   weir=${WEIR:-$target/release/weir}
 }
 
+# Sets `work` to a new directory, removed at exit unless KEEP_WORK is set
+# (then its path is said), and stops the test server at exit.
+make_work_dir() {
+  work=$(mktemp -d)
+  trap 'kill $server 2>/dev/null || true; if [[ -n ${KEEP_WORK:-} ]]; then echo "work files in $work"; else rm -rf "$work"; fi' EXIT
+}
+
 # Starts the test server with `server_args` (which must hold `--port
 # "$port"`), sets `server` to its pid and waits until it listens.
 start_server() {
   "$target/release/weir-test-llm-server" "${server_args[@]}" >/dev/null &
   server=$!
   for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+}
+
+# Stops the test server `start_server` started.
+stop_server() {
+  kill "$server"
+  wait "$server" 2>/dev/null || true
 }
 
 # Writes DIR/in.csv (id,text; ROWS rows) and, for each NAME after POOL,

@@ -19,8 +19,7 @@ stagger=${5:-0}
 # shellcheck source=bench/common.sh
 source bench/common.sh
 build_weir_and_test_server
-work=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; if [[ -n ${KEEP_WORK:-} ]]; then echo "work files in $work"; else rm -rf "$work"; fi' EXIT
+make_work_dir
 port=18300
 server_args=(--port "$port" --latency-ms "$latency")
 if ((capacity > 0)); then server_args+=(--capacity "$capacity"); fi
@@ -35,8 +34,7 @@ export OPENAI_API_KEY=test
 start=$(date +%s.%N)
 "$weir" run "$work/single.yaml" --no-progress 2>"$work/single.log"
 single=$(python3 -c "import sys; print(float(sys.argv[2]) - float(sys.argv[1]))" "$start" "$(date +%s.%N)")
-kill "$server"
-wait "$server" 2>/dev/null || true
+stop_server
 start_server
 start=$(date +%s.%N)
 pids=()

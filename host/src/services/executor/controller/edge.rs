@@ -9,14 +9,18 @@ use super::*;
 /// most: the limit waits below the edge for up to this many answers' worth
 /// of round trips. Growing back a slot in two or three round trips, a run
 /// against a server that takes 4 at once was refused once in seven answers
-/// (1.13 to 1.18 calls per row on real sockets) and one that takes 2, in `sim.rs`,
-/// up to once in four.
+/// (1.13 to 1.18 calls per row on real sockets) and one that takes 2, in
+/// `sim.rs`, up to once in four.
 const PROBE_EVERY_ANSWERS: f64 = 64.0;
 
 /// Nor longer than this many round trips, whatever the edge: a server whose
 /// room grows is found by the next probe, and a slow server with room for
 /// one or two would otherwise wait tens of seconds for it.
 const MOST_HOLD_ROUND_TRIPS: u32 = 16;
+
+/// How far below the edge a held limit stays: its whole-number part is the
+/// slot below.
+const EDGE_MARGIN: f64 = 1e-6;
 
 /// The whole-number limit the last cuts for losses were made from.
 pub(super) struct EdgeHold {
@@ -48,9 +52,9 @@ impl Controller {
             Some(hold) if hold.edge == edge => hold.found + 1,
             _ => 1,
         };
+        let doubled = 1u32 << (found - 1).min(MOST_HOLD_ROUND_TRIPS.ilog2());
         let by_answers = (PROBE_EVERY_ANSWERS / edge.max(1.0)).ceil() as u32;
-        let round_trips = (1u32 << (found - 1).min(MOST_HOLD_ROUND_TRIPS.ilog2()))
-            .min(by_answers.clamp(1, MOST_HOLD_ROUND_TRIPS));
+        let round_trips = doubled.min(by_answers).max(1);
         self.edge_hold = Some(EdgeHold {
             edge,
             found,
@@ -110,7 +114,3 @@ impl Controller {
         }
     }
 }
-
-/// How far below the edge a held limit stays: its whole-number part is the
-/// slot below.
-const EDGE_MARGIN: f64 = 1e-6;
