@@ -56,12 +56,15 @@
 mod decision;
 mod drain;
 mod edge;
+mod growth;
 mod losses;
 mod no_load;
 mod queue;
+mod record;
 mod tally;
 #[cfg(test)]
 mod tests;
+mod windows;
 
 pub use decision::{Decision, Why};
 use drain::Drain;
@@ -71,28 +74,8 @@ use queue::{QueueCut, QueueCuts};
 use std::time::Duration;
 use tally::{Tally, elasticity, upper_bound};
 use tokio::time::Instant;
+use windows::count;
 
-/// Slots an answer adds in slow start while the limit is reached.
-const SLOW_START_GAIN: f64 = 2.0;
-/// Smallest growth per round trip (slots) after slow start. It is what every
-/// client sharing an endpoint adds alike, while cuts take a share: the larger
-/// it is, the sooner clients that started apart (shards of one run, the
-/// first of which found the server to itself) come to equal limits. In
-/// `sim.rs`, four shards of 500 rows started 40 ms apart on a server capped
-/// at 32 stood at 12 and 4 slots each for seconds at 0.1 and took 1 / 0.90
-/// the time of one run; at 0.3, 1 / 0.97, for about 1 % more refusals.
-const MIN_GROWTH: f64 = 0.3;
-/// Against an endpoint that refuses some requests whatever the load, the
-/// least growth is `MIN_GROWTH` per this many seconds of round trip rather
-/// than per round trip (up to `TIMED_GROWTH_SHARE` of the limit), as CUBIC
-/// grows by time: its cuts are many and mostly needless, and against
-/// answers in 3 s each climb back took tens of seconds (ChaosLLM's
-/// `stress_aimd` 3.54 and `realistic` 3.30 times the best fixed concurrency
-/// in `sim.rs`; 2.36 and 2.15 so). An endpoint that refuses only for want
-/// of room, or a queue, is probed as before: faster probing of its edge
-/// cost capped servers with answers in 2 s up to an eighth more calls.
-const GROWTH_ROUND_TRIP: f64 = 0.5;
-const TIMED_GROWTH_SHARE: f64 = 1.0 / 8.0;
 /// A cut for losses takes at least this share off, and at most `MAX_CUT`.
 const MIN_CUT: f64 = 0.1;
 const MAX_CUT: f64 = 0.5;
@@ -760,254 +743,6 @@ impl Controller {
     fn window_len(&self) -> Duration {
         self.srtt().unwrap_or(WINDOW_WITHOUT_RTT)
     }
-
-    fn grow(&mut self, now: Instant) {
-        // Far below what the endpoint was found to serve, the limit grows
-        // back as in slow start, as TCP does below its threshold after a
-        // timeout: the endpoint took that many at once before, and a burst
-        // of refusals that cut the limit to a few slots against answers in
-        // 3 s otherwise took the ten seconds between bursts to climb back.
-        let recovering = self.limit < self.ceiling * (1.0 - MAX_CUT)
-            && self
-                .last_loss
-                .is_some_and(|loss| loss <= self.usual_share().max(SLOW_START_NOISE));
-        self.grew_back |= recovering;
-        let per_round_trip = if self.slow_start || recovering {
-            SLOW_START_GAIN * self.limit.floor()
-        } else {
-            let by_time = !self.queue_bound && self.usual_share() >= SLOW_START_NOISE;
-            let round_trips = match by_time {
-                true => self.srtt.unwrap_or(0.0) / GROWTH_ROUND_TRIP,
-                false => 1.0,
-            };
-            growth_per_round_trip(self.limit, self.ceiling, round_trips)
-        };
-        // One answer of the `limit` a round trip brings back.
-        let grown = self.limit + per_round_trip / self.limit.floor();
-        self.limit = grown
-            .min(self.max)
-            .min(self.edge_bound(now).max(self.limit));
-        self.note_edge_reached(now);
-    }
-
-    /// Counts the answer in the window its request was sent in, or the one
-    /// after.
-    fn tally(&mut self, sent_at: Instant, in_flight: usize, signal: Signal, now: Instant) {
-        if sent_at < self.window.start {
-            return;
-        }
-        let srtt = self.srtt.unwrap_or(f64::INFINITY);
-        let tally = if sent_at < self.window.start + self.window_len() {
-            &mut self.window.tally
-        } else {
-            &mut self.next
-        };
-        match signal {
-            Signal::Success => tally.answered(
-                now.saturating_duration_since(sent_at).as_secs_f64(),
-                in_flight,
-                srtt,
-            ),
-            Signal::Overload => tally.lost += 1,
-            Signal::Neutral => {}
-        }
-    }
-
-    fn close_window(&mut self, now: Instant) {
-        let len = self.window_len();
-        let saturated = self.last_saturated >= self.window.start;
-        // The answers a window waits for once no request follows its own
-        // are a run's last, the slowest of those sent: the quick ones are
-        // back, and the smoothed round trip, fed only the slow, stretches
-        // the window to take in its whole tail. Against answers of 0.5 s on
-        // average with one in a hundred past 2.3 s, the last window of a
-        // run at the pool's 128 slots came to twice the no-load estimate:
-        // three runs in four ended with the limit cut to 97-100, which the
-        // next run started from.
-        let sending_went_on = self.last_sent >= self.window.start + len;
-        let tally = std::mem::take(&mut self.window.tally);
-        let next = std::mem::take(&mut self.next);
-        let served_clean = saturated && tally.lost == 0 && tally.ok > 0;
-        self.served_full_window |= served_clean;
-        if served_clean {
-            self.floor_held = None;
-            self.edge_served(self.window.start);
-        }
-        self.most_answered = self.most_answered.max(tally.ok);
-        // A window sent (in part) before the last change says nothing of it,
-        // nor one sent while a drain holds the limit down.
-        let changed = self.window.start >= self.last_change
-            && self.drain.is_none()
-            && self.judge(tally, saturated, sending_went_on, now);
-        if changed {
-            self.changed(now);
-        }
-        self.drain_if_stuck(sending_went_on, tally.ok, changed, now);
-        self.drain_if_due(now);
-        // The usual share rises only on proof (an undone cut), since load
-        // makes refusals too; it falls with every quieter stretch of at
-        // least `LOSS_SAMPLE` answers. Judged window by window, a limit of a
-        // few slots saw mostly windows without a refusal and forgot a usual
-        // share of a tenth within seconds.
-        let n = tally.ok + tally.lost;
-        if n > 0 {
-            self.last_loss = Some(f64::from(tally.lost) / f64::from(n));
-            self.last_ok = Some(tally.ok);
-            self.recent.ok += tally.ok;
-            self.recent.lost += tally.lost;
-        }
-        let pooled = self.recent.ok + self.recent.lost;
-        if pooled >= LOSS_SAMPLE {
-            let loss = f64::from(self.recent.lost) / f64::from(pooled);
-            if loss < self.usual_loss {
-                self.usual_loss += LOSS_WEIGHT * (loss - self.usual_loss);
-            }
-            self.recent = Tally::default();
-        }
-        self.none_refused_at_closes = [
-            self.banded_share() == Some(0.0),
-            self.none_refused_at_closes[0],
-        ];
-        // Losses are weighed per round trip, not summed over many.
-        self.restart_since_change();
-        if now < self.window.start + 3 * len {
-            self.window.start += len;
-            self.window.tally = next;
-        } else {
-            self.window.start = now;
-        }
-    }
-
-    /// Whether the window changed the limit. `sending_went_on`: requests
-    /// were sent after the window's own, so its round trip can say whether
-    /// the server queues.
-    fn judge(&mut self, t: Tally, saturated: bool, sending_went_on: bool, now: Instant) -> bool {
-        let n = t.ok + t.lost;
-        if n == 0 {
-            return false;
-        }
-        let queueing = sending_went_on.then(|| self.queueing(&t)).flatten();
-        let collapsed = self
-            .pending
-            .as_ref()
-            .is_some_and(|cut| self.limit < cut.before * (1.0 - MAX_CUT));
-        let needed = if collapsed {
-            MIN_JUDGED_COLLAPSED
-        } else {
-            MIN_JUDGED
-        };
-        let after = self
-            .pending
-            .is_some()
-            .then(|| self.told_since_cut(now))
-            .filter(|after| after.ok + after.lost >= needed);
-        if let Some(after) = after {
-            self.since_cut.clear();
-            let loss = f64::from(after.lost) / f64::from(after.ok + after.lost);
-            if let Some(cut) = self.pending.take()
-                && (self.limit < cut.before * (1.0 - MAX_CUT))
-                    .then(|| cut.cost_answers(t.ok, self.limit))
-                    .flatten()
-                    .unwrap_or_else(|| cut.useless(loss, self.limit))
-            {
-                self.undo(cut, loss);
-                return true;
-            }
-        }
-        if let Some(ratio) = queueing {
-            if self.queue_cut_judging() {
-                return false;
-            }
-            return self.cut_for_queue_shown_by(t, ratio, self.slow_start, now);
-        }
-        // The floor follows what the window held, not what the limit has
-        // grown to by its close: in slow start the limit triples in a round
-        // trip, and a window of 7 answers at a limit of 26 (a busy machine
-        // answers in clumps) set a floor of 13 against a server taking 8,
-        // which held the limit above its room for the rest of the run.
-        if saturated {
-            let held = self.limit.min(f64::from(n));
-            self.floor = self.floor.max((held * FLOOR_SHARE).floor());
-        }
-        false
-    }
-
-    /// The outcomes since the pending cut of the requests sent long enough
-    /// ago for a loss to have been told: as long as the median of the
-    /// latest losses took. A timeout is told a whole timeout after its
-    /// send, an answer often sooner, and judged on every outcome so far a
-    /// cut looked to have ended losses that were still on their way:
-    /// against answers taking 0.75 to 2.25 s whatever the load and a 2 s
-    /// timeout, cuts for the timeouts stood that a sixth of the requests
-    /// timing out after them would have undone. Refusals come back at
-    /// once, and with them every outcome counts, as before.
-    fn told_since_cut(&self, now: Instant) -> Tally {
-        let seen = self.losses_seen.min(LOSS_LATENCY_SAMPLE);
-        let mut latest = self.loss_latencies;
-        latest[..seen].sort_by(f64::total_cmp);
-        let takes = Duration::from_secs_f64(if seen > 0 { latest[seen / 2] } else { 0.0 });
-        let mut told = Tally::default();
-        for &(_, signal) in self
-            .since_cut
-            .iter()
-            .filter(|(sent_at, _)| *sent_at + takes <= now)
-        {
-            count(&mut told, signal);
-        }
-        told
-    }
-
-    /// A cut, undo or drain moved the limit from `from`, for `why`.
-    fn decided(&mut self, why: Why, from: f64) {
-        self.why = Some((why, from));
-    }
-
-    /// Records a change of the whole-number limit since `before`, and the
-    /// decision made within this answer, if one moved it, which it returns.
-    /// A decision the floor or the pool's size left without effect is not
-    /// one.
-    fn note_change(&mut self, before: f64, now: Instant) -> Option<Decision> {
-        let at = now.saturating_duration_since(self.started);
-        let to = self.limit.floor() as u32;
-        if self.limit.floor() != before.floor() {
-            self.peak = self.peak.max(self.limit);
-            self.changes.push((at, to));
-            if self.changes.len() > MAX_CHANGES {
-                thin(&mut self.changes, MAX_CHANGES);
-            }
-        }
-        // A decision after growth within the same answer can end where the
-        // limit began it, and is a decision all the same.
-        let (why, from) = self
-            .why
-            .take()
-            .filter(|&(_, from)| from.floor() as u32 != to)?;
-        // The limit it started from may have grown within this answer.
-        self.peak = self.peak.max(from);
-        let decision = Decision {
-            at,
-            from: from.floor() as u32,
-            to,
-            why,
-        };
-        self.decisions.push(decision);
-        if self.decisions.len() > MAX_DECISIONS {
-            thin(&mut self.decisions, MAX_DECISIONS);
-        }
-        Some(decision)
-    }
-}
-
-/// Halves a record of `most` entries after its first quarter, keeping every
-/// other one: a long run's record stays bounded, its start whole and the
-/// rest at a resolution that halves each time it fills.
-fn thin<T>(record: &mut Vec<T>, most: usize) {
-    let keep = most / 4;
-    let mut i = 0;
-    record.retain(|_| {
-        i += 1;
-        i <= keep || (i - keep).is_multiple_of(2)
-    });
 }
 
 /// The band of a load of `in_flight` requests: powers of two.
@@ -1018,28 +753,4 @@ fn band_of(in_flight: f64) -> usize {
 /// Whether a round trip of `rtt` says requests wait in the server's queue.
 fn queued(rtt: f64, base: f64) -> bool {
     rtt > (TOLERANCE * base).max(base + RTT_NOISE)
-}
-
-fn count(tally: &mut Tally, signal: Signal) {
-    match signal {
-        Signal::Success => tally.ok += 1,
-        Signal::Overload => tally.lost += 1,
-        Signal::Neutral => {}
-    }
-}
-
-/// Binary search towards the ceiling, then probing beyond it with a step that
-/// doubles each round trip (the distance covered so far), never more than half
-/// the limit at once, nor less than `MIN_GROWTH` for each of `round_trips`
-/// (see `GROWTH_ROUND_TRIP`).
-fn growth_per_round_trip(limit: f64, ceiling: f64, round_trips: f64) -> f64 {
-    let step = if limit < ceiling {
-        (ceiling - limit) / 2.0
-    } else {
-        limit - ceiling
-    };
-    let least = (MIN_GROWTH * round_trips)
-        .min(limit * TIMED_GROWTH_SHARE)
-        .max(MIN_GROWTH);
-    step.clamp(least, (limit / 2.0).max(least))
 }

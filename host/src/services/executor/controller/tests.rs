@@ -1,4 +1,6 @@
+use super::growth::{MIN_GROWTH, growth_per_round_trip};
 use super::losses::SERVED_MANY;
+use super::record::thin;
 use super::*;
 
 /// `ok` answered and `lost` refused.
