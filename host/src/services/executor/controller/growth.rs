@@ -26,6 +26,8 @@ const GROWTH_ROUND_TRIP: f64 = 0.5;
 const TIMED_GROWTH_SHARE: f64 = 1.0 / 8.0;
 
 impl Controller {
+    /// Grows the limit for one answer, every slot having been taken since
+    /// its request was sent.
     pub(super) fn grow(&mut self, now: Instant) {
         // Far below what the endpoint was found to serve, the limit grows
         // back as in slow start, as TCP does below its threshold after a
