@@ -52,9 +52,9 @@ impl Controller {
             Some(hold) if hold.edge == edge => hold.found + 1,
             _ => 1,
         };
-        let doubled = 1u32 << (found - 1).min(MOST_HOLD_ROUND_TRIPS.ilog2());
+        let doubled = 1u32.checked_shl(found - 1).unwrap_or(u32::MAX);
         let by_answers = (PROBE_EVERY_ANSWERS / edge.max(1.0)).ceil() as u32;
-        let round_trips = doubled.min(by_answers).max(1);
+        let round_trips = doubled.min(by_answers).clamp(1, MOST_HOLD_ROUND_TRIPS);
         self.edge_hold = Some(EdgeHold {
             edge,
             found,

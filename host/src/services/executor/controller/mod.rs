@@ -74,7 +74,6 @@ use queue::{QueueCut, QueueCuts};
 use std::time::Duration;
 use tally::{Tally, elasticity, upper_bound};
 use tokio::time::Instant;
-use windows::count;
 
 /// A cut for losses takes at least this share off, and at most `MAX_CUT`.
 const MIN_CUT: f64 = 0.1;
@@ -604,7 +603,7 @@ impl Controller {
         // counted; their rows were sent again into the same queue for 45 s.
         let late_loss = signal == Signal::Overload && sent_at >= self.last_change;
         if late_loss || sent_at >= self.last_change.max(self.window.start) {
-            count(&mut self.since_change, signal);
+            self.since_change.count(signal);
             if signal == Signal::Overload {
                 self.refused_from = Some(self.refused_from.map_or(in_flight, |n| n.min(in_flight)));
             }

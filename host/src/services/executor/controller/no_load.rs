@@ -57,7 +57,7 @@ impl Controller {
     ) {
         let band = band_of(in_flight as f64);
         let outcomes = &mut self.outcomes_by_band[band];
-        count(outcomes, signal);
+        outcomes.count(signal);
         if outcomes.ok + outcomes.lost >= BAND_MEMORY {
             outcomes.halve();
         }

@@ -19,6 +19,15 @@ pub(super) struct Tally {
 }
 
 impl Tally {
+    /// Counts an outcome: an answer or a refusal (`Neutral` says nothing).
+    pub(super) fn count(&mut self, signal: Signal) {
+        match signal {
+            Signal::Success => self.ok += 1,
+            Signal::Overload => self.lost += 1,
+            Signal::Neutral => {}
+        }
+    }
+
     /// Counts a successful answer: its round trip, at most `OUTLIER` times
     /// the smoothed one `srtt`, and the requests in flight at its send.
     pub(super) fn answered(&mut self, rtt: f64, in_flight: usize, srtt: f64) {

@@ -178,16 +178,8 @@ impl Controller {
             .iter()
             .filter(|(sent_at, _)| *sent_at + takes <= now)
         {
-            count(&mut told, signal);
+            told.count(signal);
         }
         told
-    }
-}
-
-pub(super) fn count(tally: &mut Tally, signal: Signal) {
-    match signal {
-        Signal::Success => tally.ok += 1,
-        Signal::Overload => tally.lost += 1,
-        Signal::Neutral => {}
     }
 }
