@@ -175,6 +175,61 @@ async fn four_shards_with_one_killed_and_resumed_merge_into_what_one_run_writes(
 }
 
 #[tokio::test]
+async fn a_shards_run_resumed_by_its_number_carries_on_as_that_shard() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(20),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    let p = sharded_pipeline(&ws);
+    let mut shard = shard_command(&p, &server.base_url(), "1/4")
+        .spawn()
+        .unwrap();
+    while server.served().len() < 30 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shard.start_kill().unwrap();
+    shard.wait().await.unwrap();
+
+    let audit = ws.path("out/weir-audit.part-1-of-4.sqlite");
+    let out = weir(
+        &[
+            "resume",
+            "1",
+            "--audit",
+            audit.to_str().unwrap(),
+            "--no-progress",
+        ],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Its own quarter of the rows, into its own part file: nothing else.
+    let part = std::fs::read_to_string(ws.path("out/result.part-1-of-4.csv")).unwrap();
+    let ids: Vec<usize> = part
+        .lines()
+        .skip(1)
+        .map(|line| line.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, (100..200).collect::<Vec<_>>());
+    assert!(!ws.path("out/result.csv").exists());
+    let asked: std::collections::HashSet<usize> = server
+        .served()
+        .iter()
+        .map(|s| row_number(&s.user_message))
+        .collect();
+    assert!(
+        asked.iter().all(|row| (100..200).contains(row)),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test]
 async fn rate_limits_are_shared_among_shards_unless_set_per_shard() {
     let server = TestLlmServer::start(Script::default()).await.unwrap();
     let ws = Workspace::new();

@@ -439,12 +439,19 @@ async fn execute(command: Command) -> Result<ExitCode> {
             stopping,
         } => {
             let audit_path = database.fetched().await?;
-            let pipeline_path = match database.pipeline {
-                Some(path) => path,
-                None => PathBuf::from(History::open(&audit_path)?.run(run_id)?.pipeline_path),
-            };
+            let recorded = History::open(&audit_path)?.run(run_id)?;
+            let pipeline_path = database
+                .pipeline
+                .unwrap_or_else(|| PathBuf::from(&recorded.pipeline_path));
             let mut pipeline = config::load(&pipeline_path)?;
             storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
+            // A shard's run carries on as that shard: its part of the rows,
+            // its part files and its share of the rate limits. (A merged
+            // run is recorded as `merged N`, no shard.)
+            let shard = recorded.shard.and_then(|s| s.parse::<config::Shard>().ok());
+            if let Some(shard) = shard {
+                pipeline = pipeline.into_shard(shard)?;
+            }
             pipeline.set_audit_path(audit_path)?;
             let resume = engine::Resume {
                 run_id: Some(run_id),
