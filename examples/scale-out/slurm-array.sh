@@ -5,6 +5,9 @@
 #   jobid=$(sbatch --parsable slurm-array.sh pipeline.yaml)
 #   sbatch --dependency=afterok:$jobid --wrap "weir merge pipeline.yaml --shards 4"
 # A task requeued after a node failure carries its shard on (`--resume`).
+# A throttled array (`--array=0-99%10`) runs 10 tasks at once: add
+# `--shards-at-once 10`, and a requests_per_minute the tasks share is divided
+# among those 10 rather than all 100.
 #SBATCH --job-name=weir
 #SBATCH --array=0-3
 #SBATCH --cpus-per-task=2

@@ -230,7 +230,7 @@ async fn a_shards_run_resumed_by_its_number_carries_on_as_that_shard() {
 }
 
 #[tokio::test]
-async fn rate_limits_are_shared_among_shards_unless_set_per_shard() {
+async fn rate_limits_are_shared_among_the_shards_running_at_once() {
     let server = TestLlmServer::start(Script::default()).await.unwrap();
     let ws = Workspace::new();
     let p = numbered_rows_pipeline(&ws, 8, "requests_per_minute: 600", "", ECHO_OPTIONS);
@@ -255,5 +255,49 @@ async fn rate_limits_are_shared_among_shards_unless_set_per_shard() {
         read_csv(&ws.path("out.part-0-of-4.csv")).len(),
         3,
         "rows 0 and 1"
+    );
+
+    // Four shards run two at a time share the key two ways.
+    let out = weir(
+        &[
+            "run",
+            p.to_str().unwrap(),
+            "--shard",
+            "1/4",
+            "--shards-at-once",
+            "2",
+        ],
+        &[
+            ("OPENAI_API_KEY", KEY),
+            ("OPENAI_BASE_URL", &server.base_url()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let conn = rusqlite::Connection::open(ws.path("weir-audit.part-1-of-4.sqlite")).unwrap();
+    let settings: String = conn
+        .query_row("SELECT settings_json FROM endpoints", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        settings.contains("\"requests_per_minute\":300"),
+        "{settings}"
+    );
+    let refused = weir(
+        &[
+            "run",
+            p.to_str().unwrap(),
+            "--shard",
+            "2/4",
+            "--shards-at-once",
+            "5",
+        ],
+        &[("OPENAI_API_KEY", KEY)],
+    )
+    .await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("--shards-at-once 5 with --shard 2/4: give 1 to 4"),
+        "{}",
+        stderr(&refused)
     );
 }

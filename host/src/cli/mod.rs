@@ -77,6 +77,12 @@ enum Command {
         /// joins the parts.
         #[arg(long, value_name = "I/N")]
         shard: Option<config::Shard>,
+        /// With --shard: how many of the N shards the scheduler runs at once,
+        /// when fewer than all (a Kubernetes Job's parallelism, a Slurm
+        /// array's %K). A shared requests_per_minute and tokens_per_minute
+        /// are divided by K rather than N. Never more may run at once.
+        #[arg(long, value_name = "K", requires = "shard")]
+        shards_at_once: Option<u32>,
     },
     /// Carry on run RUN where it stopped: finished rows are not processed
     /// again, recorded answers are not paid for again.
@@ -406,11 +412,20 @@ async fn execute(command: Command) -> Result<ExitCode> {
             no_progress,
             stopping,
             shard,
+            shards_at_once,
         } => {
+            if let (Some(shard), Some(k)) = (shard, shards_at_once)
+                && !(1..=shard.count).contains(&k)
+            {
+                anyhow::bail!(
+                    "--shards-at-once {k} with --shard {shard}: give 1 to {}",
+                    shard.count
+                );
+            }
             let mut pipeline = config::load(&pipeline)?;
             storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             if let Some(shard) = shard {
-                pipeline = pipeline.into_shard(shard)?;
+                pipeline = pipeline.into_shard(shard, shards_at_once)?;
             }
             if let Some(path) = audit {
                 let path = objects::placed(&pipeline.staging, &path)?;
@@ -446,11 +461,13 @@ async fn execute(command: Command) -> Result<ExitCode> {
             let mut pipeline = config::load(&pipeline_path)?;
             storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             // A shard's run carries on as that shard: its part of the rows,
-            // its part files and its share of the rate limits. (A merged
-            // run is recorded as `merged N`, no shard.)
+            // its part files and its share of the rate limits, that of one of
+            // all N shards (`weir run --shard I/N --resume --shards-at-once K`
+            // gives a larger one). A merged run is recorded as `merged N`, no
+            // shard.
             let shard = recorded.shard.and_then(|s| s.parse::<config::Shard>().ok());
             if let Some(shard) = shard {
-                pipeline = pipeline.into_shard(shard)?;
+                pipeline = pipeline.into_shard(shard, None)?;
             }
             pipeline.set_audit_path(audit_path)?;
             let resume = engine::Resume {

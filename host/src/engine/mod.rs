@@ -496,6 +496,9 @@ fn resume_command(pipeline: &Pipeline) -> String {
     if let Some(shard) = pipeline.shard {
         command.push_str(&format!(" --shard {shard}"));
     }
+    if let Some(k) = pipeline.shards_at_once {
+        command.push_str(&format!(" --shards-at-once {k}"));
+    }
     if pipeline.audit_path != pipeline.configured_audit_path {
         command.push_str(&format!(" --audit {}", pipeline.audit_path.display()));
     }

@@ -275,6 +275,9 @@ pub struct Pipeline {
     pub budget_usd: Option<f64>,
     /// Set when this process runs one shard of the pipeline.
     pub shard: Option<Shard>,
+    /// With `shard`: how many of the run's shards run at once, when the
+    /// scheduler runs fewer than all of them (`--shards-at-once`).
+    pub shards_at_once: Option<u32>,
     /// Where the local stand-ins of the objects it names live.
     pub staging: Staging,
 }
@@ -525,6 +528,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
         caches,
         budget_usd: spec.budget_usd,
         shard: None,
+        shards_at_once: None,
         staging,
         file,
     })

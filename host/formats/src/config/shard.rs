@@ -61,8 +61,11 @@ impl Pipeline {
     /// Makes this pipeline shard `shard`: its sinks, on_error sinks and
     /// audit database become part files, and each endpoint's rate limits
     /// (set, and reported by the provider) its share, unless the endpoint
-    /// sets them per shard.
-    pub fn into_shard(mut self, shard: Shard) -> Result<Self, ConfigError> {
+    /// sets them per shard. The share is one over the shards running at
+    /// once: `at_once` when the scheduler runs fewer than all (a Kubernetes
+    /// Job's `parallelism`, a Slurm array's `%K`), else all of them;
+    /// `at_once` is from 1 to the shard count.
+    pub fn into_shard(mut self, shard: Shard, at_once: Option<u32>) -> Result<Self, ConfigError> {
         if !self.source.is_regular_file() {
             return Err(ConfigError::in_file(
                 &self.file.path,
@@ -78,16 +81,18 @@ impl Pipeline {
         }
         self.audit_path = shard.part_path(&self.audit_path);
         self.configured_audit_path = shard.part_path(&self.configured_audit_path);
+        let sharing = at_once.unwrap_or(shard.count);
         for endpoint in self.endpoints.values_mut() {
             if endpoint.rate_limits_per_shard {
                 continue;
             }
-            let share = |limit: u32| limit.div_ceil(shard.count).max(1);
+            let share = |limit: u32| limit.div_ceil(sharing).max(1);
             endpoint.requests_per_minute = endpoint.requests_per_minute.map(share);
             endpoint.tokens_per_minute = endpoint.tokens_per_minute.map(share);
-            endpoint.shards_sharing_windows = shard.count;
+            endpoint.shards_sharing_windows = sharing;
         }
         self.shard = Some(shard);
+        self.shards_at_once = at_once;
         Ok(self)
     }
 }
