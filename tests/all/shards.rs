@@ -229,24 +229,37 @@ async fn a_shards_run_resumed_by_its_number_carries_on_as_that_shard() {
     );
 }
 
+/// Runs shard `shard` of `p`, with `more` arguments, to the end: the
+/// settings its audit database recorded for the endpoint.
+async fn shard_settings(
+    ws: &Workspace,
+    p: &std::path::Path,
+    base_url: &str,
+    shard: &str,
+    more: &[&str],
+) -> String {
+    let mut args = vec!["run", p.to_str().unwrap(), "--shard", shard];
+    args.extend_from_slice(more);
+    let out = weir(
+        &args,
+        &[("OPENAI_API_KEY", KEY), ("OPENAI_BASE_URL", base_url)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (i, n) = shard.split_once('/').unwrap();
+    let audit = ws.path(&format!("weir-audit.part-{i}-of-{n}.sqlite"));
+    rusqlite::Connection::open(audit)
+        .unwrap()
+        .query_row("SELECT settings_json FROM endpoints", [], |r| r.get(0))
+        .unwrap()
+}
+
 #[tokio::test]
 async fn rate_limits_are_shared_among_the_shards_running_at_once() {
     let server = TestLlmServer::start(Script::default()).await.unwrap();
     let ws = Workspace::new();
     let p = numbered_rows_pipeline(&ws, 8, "requests_per_minute: 600", "", ECHO_OPTIONS);
-    let out = weir(
-        &["run", p.to_str().unwrap(), "--shard", "0/4"],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let conn = rusqlite::Connection::open(ws.path("weir-audit.part-0-of-4.sqlite")).unwrap();
-    let settings: String = conn
-        .query_row("SELECT settings_json FROM endpoints", [], |r| r.get(0))
-        .unwrap();
+    let settings = shard_settings(&ws, &p, &server.base_url(), "0/4", &[]).await;
     assert!(
         settings.contains("\"requests_per_minute\":150"),
         "{settings}"
@@ -258,26 +271,8 @@ async fn rate_limits_are_shared_among_the_shards_running_at_once() {
     );
 
     // Four shards run two at a time share the key two ways.
-    let out = weir(
-        &[
-            "run",
-            p.to_str().unwrap(),
-            "--shard",
-            "1/4",
-            "--shards-at-once",
-            "2",
-        ],
-        &[
-            ("OPENAI_API_KEY", KEY),
-            ("OPENAI_BASE_URL", &server.base_url()),
-        ],
-    )
-    .await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let conn = rusqlite::Connection::open(ws.path("weir-audit.part-1-of-4.sqlite")).unwrap();
-    let settings: String = conn
-        .query_row("SELECT settings_json FROM endpoints", [], |r| r.get(0))
-        .unwrap();
+    let two_at_once = ["--shards-at-once", "2"];
+    let settings = shard_settings(&ws, &p, &server.base_url(), "1/4", &two_at_once).await;
     assert!(
         settings.contains("\"requests_per_minute\":300"),
         "{settings}"
