@@ -80,7 +80,8 @@ enum Command {
         /// With --shard: how many of the N shards the scheduler runs at once,
         /// when fewer than all (a Kubernetes Job's parallelism, a Slurm
         /// array's %K). A shared requests_per_minute and tokens_per_minute
-        /// are divided by K rather than N. Never more may run at once.
+        /// are divided by K rather than N, so more than K must never run at
+        /// once.
         #[arg(long, value_name = "K", requires = "shard")]
         shards_at_once: Option<u32>,
     },
