@@ -210,11 +210,9 @@ async fn a_shards_run_resumed_by_its_number_carries_on_as_that_shard() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Its own quarter of the rows, into its own part file: nothing else.
-    let part = std::fs::read_to_string(ws.path("out/result.part-1-of-4.csv")).unwrap();
-    let ids: Vec<usize> = part
-        .lines()
-        .skip(1)
-        .map(|line| line.split(',').next().unwrap().parse().unwrap())
+    let ids: Vec<usize> = read_csv(&ws.path("out/result.part-1-of-4.csv"))[1..]
+        .iter()
+        .map(|row| row[0].parse().unwrap())
         .collect();
     assert_eq!(ids, (100..200).collect::<Vec<_>>());
     assert!(!ws.path("out/result.csv").exists());
