@@ -304,6 +304,76 @@ async fn a_host_that_does_not_resolve_stops_the_run_at_once() {
     assert_eq!(run_status(&ws), "interrupted");
 }
 
+/// A `base_url` that redirects elsewhere, or redirects a POST to a GET, is
+/// met by every row alike: the run stops at the first answer and says where
+/// it led, and nothing (least of all the key, which some providers send in
+/// headers an HTTP client forwards) goes to the other address.
+#[tokio::test]
+async fn a_redirect_elsewhere_stops_the_run_and_nothing_is_sent_there() {
+    let target = TestLlmServer::start(Script::default()).await.unwrap();
+    for (status, to) in [(308, target.base_url()), (301, "/v1".to_string())] {
+        let mover = TestLlmServer::start(Script {
+            redirect: Some((status, to.clone())),
+            ..Script::default()
+        })
+        .await
+        .unwrap();
+        let ws = Workspace::new();
+        let p = numbered_rows_pipeline(&ws, 20, "", "", ECHO_OPTIONS);
+        let out = run_with_key(&p, &format!("{}/moved", mover.root_url())).await;
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{message}");
+        assert!(
+            message.contains(&format!(
+                "endpoint `llm` redirects the run's requests: HTTP {status}, a redirect to \
+                 `{to}/chat/completions`"
+            )) && message.contains("set base_url to where it leads"),
+            "{message}"
+        );
+        assert!(
+            mover
+                .served()
+                .iter()
+                .all(|s| s.path == "/moved/chat/completions"),
+            "the redirect was followed: {:?}",
+            mover.served()
+        );
+        assert_eq!(run_status(&ws), "interrupted");
+    }
+    assert!(target.served().is_empty(), "{:?}", target.served());
+}
+
+/// A 307 or 308 to the same address keeps the request as it was, key and
+/// body: it is followed, as a server that moved its path asks.
+#[tokio::test]
+async fn a_307_within_the_same_address_is_followed() {
+    let server = TestLlmServer::start(Script {
+        redirect: Some((307, "/v1".into())),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    let p = numbered_rows_pipeline(&ws, 20, "", "", ECHO_OPTIONS);
+    let out = run_with_key(&p, &format!("{}/moved", server.root_url())).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_every_row_once(&ws, 20);
+    let served = server.served();
+    let answered: Vec<_> = served
+        .iter()
+        .filter(|s| s.path == "/v1/chat/completions")
+        .collect();
+    assert_eq!(answered.len(), 20, "{served:?}");
+    let key = format!("Bearer {KEY}");
+    assert!(
+        answered
+            .iter()
+            .all(|s| s.status == 200 && s.authorization.as_deref() == Some(key.as_str())),
+        "{served:?}"
+    );
+    assert_eq!(served.len(), 40, "each row redirected once: {served:?}");
+}
+
 /// Starts `weir run` in the background, with stdout and stderr kept.
 fn spawn_run(p: &std::path::Path, base_url: &str, extra: &[&str]) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_weir"))

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod cache;
 pub mod cost;
 pub mod executor;
+pub mod redirects;
 pub mod running_mean;
 pub mod stop;
 pub mod storage;

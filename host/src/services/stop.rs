@@ -21,6 +21,9 @@ pub enum StopReason {
     TlsHandshake { endpoint: String, detail: String },
     /// The endpoint's host name did not resolve before any answer.
     Unresolved { endpoint: String, detail: String },
+    /// The endpoint answered with a redirect weir does not follow, before
+    /// any success.
+    Redirected { endpoint: String, detail: String },
     /// The next call would have taken the run past `budget_usd`.
     Budget { limit_usd: f64, spent_usd: f64 },
 }
@@ -57,6 +60,12 @@ impl std::fmt::Display for StopReason {
                  {detail}; is the host in base_url spelt right, and can this machine reach a \
                  DNS server?"
             ),
+            StopReason::Redirected { endpoint, detail } => {
+                write!(
+                    f,
+                    "endpoint `{endpoint}` redirects the run's requests: {detail}"
+                )
+            }
             StopReason::Budget {
                 limit_usd,
                 spent_usd,

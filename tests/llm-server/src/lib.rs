@@ -151,6 +151,9 @@ pub struct Script {
     pub retry_after_seconds: Option<f64>,
     /// When set, requests without `Authorization: Bearer <key>` get 401.
     pub require_key: Option<String>,
+    /// Requests to `/moved/REST` get this status with `Location: TO/REST`,
+    /// as a server that has moved, or one that sends plain HTTP to HTTPS.
+    pub redirect: Option<(u16, String)>,
     /// Structured answers: the share of bundle entries (0 to 1) dropped,
     /// duplicated, or sent under an id nobody was given, chosen by hash.
     pub bundle_fault_rate: f64,
@@ -215,6 +218,7 @@ impl Default for Script {
             fail_every: None,
             retry_after_seconds: Some(0.0),
             require_key: None,
+            redirect: None,
             bundle_fault_rate: 0.0,
             invalid_rate: 0.0,
             decorate: false,
@@ -369,6 +373,7 @@ impl TestLlmServer {
                 post(chat),
             )
             .route("/v1/messages", post(anthropic::messages))
+            .route("/moved/{*rest}", post(moved))
             .merge(batch::routes())
             .with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
@@ -557,6 +562,40 @@ async fn chat(
         Online,
     );
     unless_stalled(&shared, sequence, answering).await
+}
+
+/// `Script::redirect`'s answer to a request under `/moved/`, logged with
+/// the headers it came with.
+async fn moved(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(rest): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let sequence = shared.count.fetch_add(1, Ordering::SeqCst) + 1;
+    let Some((status, to)) = &shared.script.redirect else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    shared.log.lock().unwrap().push(Served {
+        sequence,
+        at: shared.started.elapsed(),
+        held: Duration::ZERO,
+        queued: Duration::ZERO,
+        status: *status,
+        user_message: String::new(),
+        body: Value::Null,
+        authorization: header("authorization"),
+        api_key_header: header("api-key").or_else(|| header("x-api-key")),
+        path: format!("/moved/{rest}"),
+        fault: None,
+    });
+    let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+    (status, [("location", format!("{to}/{rest}"))]).into_response()
 }
 
 /// A request counted in flight until it is answered, or until its client

@@ -8,6 +8,7 @@ use super::store::Request;
 use crate::config::model::defaults::{ANTHROPIC_BASE_URL, OPENAI_BASE_URL};
 use crate::config::{EndpointKind, EndpointSpec};
 use crate::context::Context;
+use crate::services::redirects;
 use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -93,6 +94,7 @@ impl Client {
             .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
             // Uploads and result files can be hundreds of MB.
             .timeout(Duration::from_secs(600))
+            .redirect(crate::services::redirects::policy())
             .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
             .build()
             .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?;
@@ -139,18 +141,13 @@ impl Client {
             .await
             .with_context(|| format!("cannot {what}"))?;
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let text = response
             .text()
             .await
             .with_context(|| format!("cannot {what}: the answer broke off"))?;
         if !(200..300).contains(&status) {
-            return Err(BatchError::Refused {
-                what: what.to_string(),
-                source: Refused {
-                    status,
-                    message: excerpt(&text),
-                },
-            });
+            return Err(refused(what, status, &headers, &text));
         }
         Ok(text)
     }
@@ -390,14 +387,9 @@ impl Client {
             .with_context(|| format!("cannot {what}"))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
+            let headers = response.headers().clone();
             let text = response.text().await.unwrap_or_default();
-            return Err(BatchError::Refused {
-                what: what.to_string(),
-                source: Refused {
-                    status,
-                    message: excerpt(&text),
-                },
-            });
+            return Err(refused(what, status, &headers, &text));
         }
         let mut pending: Vec<u8> = Vec::new();
         while let Some(chunk) = response
@@ -453,6 +445,19 @@ fn unix_ms_of_rfc3339(text: &str) -> Option<i64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     Some((days * 86_400 + h * 3600 + min * 60) * 1000 + (secs * 1000.0) as i64)
+}
+
+/// A request the Batch API did not answer with success: its status, and
+/// its body's start, or where a redirect not followed pointed.
+fn refused(what: &str, status: u16, headers: &HeaderMap, text: &str) -> BatchError {
+    let message = match redirects::is_redirect(status) {
+        true => redirects::describe(headers),
+        false => excerpt(text),
+    };
+    BatchError::Refused {
+        what: what.to_string(),
+        source: Refused { status, message },
+    }
 }
 
 fn string_field(value: &Value, key: &str) -> Option<String> {

@@ -10,6 +10,7 @@ use super::breaker::{BreakerState, Transition};
 use super::dispatch::{AttemptFailure, FailureKind, TlsFailure};
 use super::{CallError, Response};
 use crate::config::EndpointKind;
+use crate::services::redirects;
 use crate::services::stop::{RunStop, StopReason};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -135,6 +136,20 @@ impl Health {
             FailureKind::Transport | FailureKind::Timeout | FailureKind::NoFirstByte => return,
         };
         self.stop.abort(reason);
+    }
+
+    /// An attempt was answered with a redirect weir does not follow (see
+    /// `services::redirects`). Before the endpoint's first success that is
+    /// base_url (`http://` for an `https://` API, a moved host), which every
+    /// row would meet alike: the run stops and says where it led.
+    pub fn redirected(&self, status: u16, headers: &reqwest::header::HeaderMap) {
+        if self.answered.load(Ordering::Relaxed) {
+            return;
+        }
+        self.stop.abort(StopReason::Redirected {
+            endpoint: self.endpoint.clone(),
+            detail: format!("HTTP {status}, {}", redirects::describe(headers)),
+        });
     }
 
     /// Looks at a request's final outcome; an answer that says the run's
@@ -277,6 +292,30 @@ mod tests {
             "{\"error\":{\"message\":\"The model `gpt-9` does not exist\"}}",
         ))));
         assert!(h.stop().is_aborted());
+    }
+
+    #[test]
+    fn a_redirect_before_any_success_stops_the_run_but_not_after_one() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::LOCATION,
+            "https://api.example.com/v1/chat/completions".parse().unwrap(),
+        );
+        let h = health(EndpointKind::Openai);
+        h.redirected(301, &headers);
+        let reason = h.stop().reason().unwrap().to_string();
+        assert!(h.stop().is_aborted());
+        assert!(
+            reason.contains(
+                "endpoint `llm` redirects the run's requests: HTTP 301, a redirect to \
+                 `https://api.example.com/v1/chat/completions`"
+            ),
+            "{reason}"
+        );
+        let h = health(EndpointKind::Openai);
+        h.judge(&Ok(response(200, "{}")));
+        h.redirected(302, &headers);
+        assert!(!h.stop().is_aborted());
     }
 
     #[tokio::test(start_paused = true)]

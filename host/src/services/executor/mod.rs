@@ -507,11 +507,13 @@ impl Endpoint {
 
 /// An endpoint's HTTP client: its pool of connections, with the endpoint's
 /// connect timeout, HTTP/1.1 unless the endpoint allows HTTP/2 (see
-/// `EndpointSpec::http2`).
+/// `EndpointSpec::http2`), following only the redirects that keep the key
+/// where base_url points (`services::redirects`).
 fn http_client(name: &str, spec: &EndpointSpec) -> Result<reqwest::Client, EndpointError> {
     let builder = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
         .pool_max_idle_per_host(spec.pool_size)
+        .redirect(crate::services::redirects::policy())
         .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")));
     let builder = match spec.http2 {
         true => builder,

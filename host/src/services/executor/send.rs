@@ -13,6 +13,7 @@ use super::{Attempt, CallError, Endpoint, Response, clock, cost, rate};
 use crate::config::EndpointKind;
 use crate::services::audit::now_ms;
 use crate::services::budget::Hold;
+use crate::services::redirects;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -216,8 +217,12 @@ impl Endpoint {
                 }
             },
         };
-        if let Err(failure) = &result {
-            self.health.attempt_failed(failure);
+        match &result {
+            Err(failure) => self.health.attempt_failed(failure),
+            Ok(answer) if redirects::is_redirect(answer.status) => {
+                self.health.redirected(answer.status, &answer.headers)
+            }
+            Ok(_) => {}
         }
         let mut behind = None;
         match verdict {
