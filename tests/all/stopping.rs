@@ -283,6 +283,72 @@ async fn a_key_the_endpoint_refuses_stops_the_run_at_once() {
     assert_eq!(run_status(&ws), "interrupted");
 }
 
+/// An account that runs out of credit mid-run refuses every row after it
+/// (OpenAI: 429 `insufficient_quota`; Anthropic: 400 "credit balance is too
+/// low"). The run stops at the first such refusal, however many rows were
+/// answered before, rather than fail every row left one by one; the rows it
+/// refused keep no outcome, and a resume once the account is topped up
+/// finishes the run, every row once.
+#[tokio::test]
+async fn an_account_out_of_credit_stops_the_run_and_a_resume_finishes_it() {
+    for (kind, url) in [
+        (
+            "openai",
+            TestLlmServer::base_url as fn(&TestLlmServer) -> String,
+        ),
+        ("anthropic", TestLlmServer::root_url),
+    ] {
+        let broke = TestLlmServer::start(Script {
+            credit_for: Some(30),
+            ..Script::default()
+        })
+        .await
+        .unwrap();
+        let ws = Workspace::new();
+        let p = numbered_rows_pipeline(
+            &ws,
+            200,
+            &format!("kind: {kind}\npool_size: 4"),
+            "",
+            ECHO_OPTIONS,
+        );
+        let out = run_with_key(&p, &url(&broke)).await;
+        let message = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{kind}: {message}");
+        assert!(
+            message.contains(
+                "refused the run's requests: HTTP 429 (the account is out of credit or quota: \
+                 add some at the provider, then resume)"
+            ) || message.contains("HTTP 400 (the account is out of credit or quota"),
+            "{kind}: {message}"
+        );
+        let refused = broke.served().iter().filter(|s| s.status != 200).count();
+        assert!(
+            refused <= 8,
+            "{kind}: {refused} refused after the first; {message}"
+        );
+        assert_eq!(run_status(&ws), "interrupted", "{kind}");
+        let failed: i64 = audit_value(
+            &ws,
+            "SELECT count(*) FROM row_outcomes WHERE outcome != 'completed'",
+        );
+        assert_eq!(failed, 0, "{kind}: refused rows keep no outcome");
+
+        broke.add_credit();
+        let before = broke.served().len();
+        let out = resume_with_key(&p, &url(&broke)).await;
+        assert_eq!(out.status.code(), Some(0), "{kind}: {}", stderr(&out));
+        assert_every_row_once(&ws, 200);
+        let served = broke.served();
+        let answered_before = served[..before].iter().filter(|s| s.status == 200).count();
+        assert_eq!(
+            served.len() - before + answered_before,
+            200,
+            "{kind}: a row answered before the stop was asked again"
+        );
+    }
+}
+
 /// A host name misspelt in `base_url` resolves no better on a retry: the
 /// run stops at the first attempt, not once the breaker has been open for
 /// `abort_after_seconds`. `.invalid` is reserved never to resolve (RFC 6761).

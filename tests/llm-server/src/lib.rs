@@ -151,6 +151,10 @@ pub struct Script {
     pub retry_after_seconds: Option<f64>,
     /// When set, requests without `Authorization: Bearer <key>` get 401.
     pub require_key: Option<String>,
+    /// Requests after this many are refused as from an account out of
+    /// credit: OpenAI's 429 `insufficient_quota`, Anthropic's 400 "credit
+    /// balance is too low".
+    pub credit_for: Option<u64>,
     /// Requests to `/moved/REST` get this status with `Location: TO/REST`,
     /// as a server that has moved, or one that sends plain HTTP to HTTPS.
     pub redirect: Option<(u16, String)>,
@@ -219,6 +223,7 @@ impl Default for Script {
             retry_after_seconds: Some(0.0),
             require_key: None,
             redirect: None,
+            credit_for: None,
             bundle_fault_rate: 0.0,
             invalid_rate: 0.0,
             decorate: false,
@@ -316,6 +321,8 @@ struct Shared {
     output_token_bucket: Mutex<Bucket>,
     in_flight: AtomicUsize,
     peak_in_flight: AtomicUsize,
+    /// `TestLlmServer::add_credit` was called: `Script::credit_for` is over.
+    credit_added: std::sync::atomic::AtomicBool,
     count: AtomicU64,
     /// When `Script::outage_after` began.
     outage_began: std::sync::OnceLock<Instant>,
@@ -359,6 +366,7 @@ impl TestLlmServer {
             output_token_bucket: Mutex::new(output_token_bucket),
             in_flight: AtomicUsize::new(0),
             peak_in_flight: AtomicUsize::new(0),
+            credit_added: std::sync::atomic::AtomicBool::new(false),
             count: AtomicU64::new(0),
             outage_began: std::sync::OnceLock::new(),
             stalled: tokio::sync::watch::Sender::new(false),
@@ -399,6 +407,11 @@ impl TestLlmServer {
     /// Time since the server started, on the clock of `Served::at`.
     pub fn elapsed(&self) -> Duration {
         self.shared.started.elapsed()
+    }
+
+    /// Ends `Script::credit_for`'s refusals, as a top-up of the account.
+    pub fn add_credit(&self) {
+        self.shared.credit_added.store(true, Ordering::SeqCst);
     }
 
     pub fn peak_in_flight(&self) -> usize {
@@ -848,6 +861,33 @@ async fn answer(
     {
         log(401, None);
         return error(401, "invalid_api_key", "Incorrect API key provided", None);
+    }
+    if let Some(credit) = script.credit_for
+        && arrival == Online
+        && sequence > credit
+        && !shared.credit_added.load(Ordering::SeqCst)
+    {
+        return match path == "/v1/messages" {
+            true => {
+                log(400, None);
+                error(
+                    400,
+                    "invalid_request_error",
+                    "Your credit balance is too low to access the Anthropic API. Please go to \
+                     Plans & Billing to upgrade or purchase credits.",
+                    None,
+                )
+            }
+            false => {
+                log(429, None);
+                error(
+                    429,
+                    "insufficient_quota",
+                    "You exceeded your current quota, please check your plan and billing details.",
+                    None,
+                )
+            }
+        };
     }
     if parsed.is_null() {
         log(400, None);

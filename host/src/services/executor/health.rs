@@ -8,7 +8,7 @@
 
 use super::breaker::{BreakerState, Transition};
 use super::dispatch::{AttemptFailure, FailureKind, TlsFailure};
-use super::{CallError, Response};
+use super::{CallError, Response, retry};
 use crate::config::EndpointKind;
 use crate::services::redirects;
 use crate::services::stop::{RunStop, StopReason};
@@ -158,15 +158,23 @@ impl Health {
         match result {
             Ok(_) => self.answered.store(true, Ordering::Relaxed),
             Err(CallError::Status(response)) => {
-                if let Some(why) = self.refusal(response) {
-                    self.stop.abort(StopReason::EndpointRefused {
-                        endpoint: self.endpoint.clone(),
-                        detail: format!(
-                            "HTTP {} ({why}): {}",
-                            response.status,
-                            first_bytes(&response.body, 200)
-                        ),
-                    });
+                let Some(why) = self.refusal(response) else {
+                    return;
+                };
+                let reason = StopReason::EndpointRefused {
+                    endpoint: self.endpoint.clone(),
+                    detail: format!(
+                        "HTTP {} ({why}): {}",
+                        response.status,
+                        first_bytes(&response.body, 200)
+                    ),
+                };
+                // Requests on the wire when the credit ran out were taken
+                // before it did, and are paid for: their answers are let in
+                // and kept. Refused for a key, they would be refused too.
+                match why {
+                    OUT_OF_CREDIT => self.stop.drain(reason),
+                    _ => self.stop.abort(reason),
                 }
             }
             Err(_) => {}
@@ -177,6 +185,16 @@ impl Health {
         let before_any_success = !self.answered.load(Ordering::Relaxed);
         match response.status {
             401 => Some("the API key was not accepted"),
+            // Out of credit: every row after it would fail alike, however
+            // many have been answered; stopped, they keep no outcome and a
+            // resume does them once the account is topped up.
+            429 if retry::out_of_quota(&response.body) => Some(OUT_OF_CREDIT),
+            402 => Some(OUT_OF_CREDIT),
+            400 if self.kind == EndpointKind::Anthropic
+                && says_credit_is_too_low(&response.body) =>
+            {
+                Some(OUT_OF_CREDIT)
+            }
             403 => Some("the API key has no access to this endpoint or model"),
             // A plain HTTP endpoint may answer 404 for one row's lookup.
             404 if before_any_success && self.kind != EndpointKind::Http => {
@@ -193,6 +211,16 @@ impl Health {
             _ => None,
         }
     }
+}
+
+const OUT_OF_CREDIT: &str =
+    "the account is out of credit or quota: add some at the provider, then resume";
+
+/// Anthropic's answer to an account out of credit: a 400
+/// `invalid_request_error` whose message alone tells it from a bad request.
+fn says_credit_is_too_low(body: &str) -> bool {
+    body.to_ascii_lowercase()
+        .contains("credit balance is too low")
 }
 
 /// A 400 that says the model does not exist, as OpenAI-compatible servers
@@ -295,11 +323,46 @@ mod tests {
     }
 
     #[test]
+    fn an_account_out_of_credit_stops_the_run_even_after_successes() {
+        let quota = "{\"error\":{\"type\":\"insufficient_quota\",\"code\":\"insufficient_quota\"}}";
+        let credit = "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\
+                      \"message\":\"Your credit balance is too low to access the Anthropic API.\"}}";
+        for (kind, status, body) in [
+            (EndpointKind::Openai, 429, quota),
+            (EndpointKind::AzureOpenai, 429, quota),
+            (EndpointKind::Openai, 402, "{}"),
+            (EndpointKind::Anthropic, 400, credit),
+        ] {
+            let h = health(kind);
+            h.judge(&Ok(response(200, "{}")));
+            h.judge(&Err(CallError::Status(response(status, body))));
+            let reason = h.stop().reason().unwrap().to_string();
+            assert!(
+                reason.contains("the account is out of credit or quota"),
+                "{reason}"
+            );
+            assert!(
+                h.stop().is_draining() && !h.stop().is_aborted(),
+                "requests on the wire finish"
+            );
+        }
+        let h = health(EndpointKind::Openai);
+        h.judge(&Err(CallError::Status(response(
+            429,
+            "{\"error\":{\"code\":\"rate_limit_exceeded\"}}",
+        ))));
+        h.judge(&Err(CallError::Status(response(400, credit))));
+        assert!(!h.stop().is_draining(), "a rate limit, and an OpenAI 400");
+    }
+
+    #[test]
     fn a_redirect_before_any_success_stops_the_run_but_not_after_one() {
         let mut headers = reqwest::header::HeaderMap::new();
         headers.insert(
             reqwest::header::LOCATION,
-            "https://api.example.com/v1/chat/completions".parse().unwrap(),
+            "https://api.example.com/v1/chat/completions"
+                .parse()
+                .unwrap(),
         );
         let h = health(EndpointKind::Openai);
         h.redirected(301, &headers);

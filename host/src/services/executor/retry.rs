@@ -172,7 +172,7 @@ pub fn classify_status(
         200..=299 if expects_json && !is_json(body) => Verdict::NotJson,
         200..=299 => Verdict::Success,
         // A 429 that says the account is out of quota will not clear by waiting.
-        429 if error_code(body).as_deref() == Some("insufficient_quota") => Verdict::Fatal,
+        429 if out_of_quota(body) => Verdict::Fatal,
         429 | 503 | 529 => Verdict::Capacity {
             retry_after: retry_after(headers),
         },
@@ -227,6 +227,12 @@ pub fn body_start(body: &str) -> String {
         quoted.push('…');
     }
     quoted
+}
+
+/// A 429 that says the account has no quota or credit left (OpenAI's and
+/// Azure's `insufficient_quota`), not that it asks too much at once.
+pub fn out_of_quota(body: &str) -> bool {
+    error_code(body).as_deref() == Some("insufficient_quota")
 }
 
 fn error_code(body: &str) -> Option<String> {
