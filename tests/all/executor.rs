@@ -688,7 +688,16 @@ async fn a_timeout_in_a_servers_queue_sets_the_limit_to_what_it_answers() {
         "no cut for a timeout in the queue among {decisions:?}; {summary}"
     );
     let timed_out: u32 = audit_value(&ws, "SELECT count(*) FROM calls WHERE error IS NOT NULL");
-    assert!(timed_out <= 8, "{timed_out} attempts timed out; {summary}");
+    // Each attempt's send, latency and outcome, for the story of a failure.
+    let calls: Vec<(String, String)> = audit_pairs(
+        &ws,
+        "SELECT started_at_ms || ' +' || latency_ms || ' ' || coalesce(status, '-'), \
+         coalesce(error, 'ok') FROM calls ORDER BY started_at_ms",
+    );
+    assert!(
+        timed_out <= 8,
+        "{timed_out} attempts timed out; {decisions:?} {calls:#?} {summary}"
+    );
 }
 
 #[tokio::test]
@@ -1087,6 +1096,40 @@ fn attempts_of_row(ws: &Workspace, row: i64) -> Vec<(i64, String, String)> {
         .unwrap()
         .map(Result::unwrap)
         .collect()
+}
+
+/// An answer larger than `max_answer_mb` is not read further, and not asked
+/// for again: its row fails saying so, and the run goes on. Unbounded, a
+/// proxy streaming without end would take a copy of memory per request.
+#[tokio::test]
+async fn an_answer_larger_than_max_answer_mb_fails_its_row_alone() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    let long = "x".repeat(1_200_000);
+    ws.write("in.csv", &format!("id,text\n0,short\n1,{long}\n2,short\n"));
+    let yaml = pipeline_with("in.csv", "out.jsonl", "max_answer_mb: 1", "", ECHO_OPTIONS);
+    let pipeline = ws.write("p.yaml", &yaml);
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    let summary = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{summary}");
+    let written = std::fs::read_to_string(ws.path("out.jsonl")).unwrap();
+    let ids: Vec<String> = written
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].to_string())
+        .collect();
+    assert_eq!(ids, ["\"0\"", "\"2\""], "{summary}");
+    let attempts: Vec<(String, String)> = audit_pairs(
+        &ws,
+        "SELECT coalesce(retry_cause, '-'), coalesce(error, '-') FROM calls WHERE row_index = 1",
+    );
+    assert_eq!(attempts.len(), 1, "not asked for again: {attempts:?}");
+    assert!(
+        attempts[0]
+            .1
+            .contains("the answer is larger than max_answer_mb (1 MiB): not read further"),
+        "{attempts:?}"
+    );
+    assert_eq!(server.served().len(), 3);
 }
 
 #[tokio::test]

@@ -825,6 +825,12 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
             format!("endpoint `{name}`: initial_concurrency must be at least 1"),
         ));
     }
+    if e.max_answer_mb == 0 {
+        return Err(at(
+            "max_answer_mb",
+            format!("endpoint `{name}`: max_answer_mb must be at least 1"),
+        ));
+    }
     for (field, value) in [
         ("requests_per_minute", e.requests_per_minute),
         ("tokens_per_minute", e.tokens_per_minute),

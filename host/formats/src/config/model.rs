@@ -138,6 +138,12 @@ pub struct EndpointSpec {
     pub request_timeout_seconds: f64,
     #[serde(default = "defaults::connect_timeout_seconds")]
     pub connect_timeout_seconds: f64,
+    /// The largest answer read, in MiB: an endpoint that sends more (a
+    /// proxy streaming without end, a base_url that serves files) fails the
+    /// attempt rather than fill the machine's memory, one copy per request
+    /// in flight.
+    #[serde(default = "defaults::max_answer_mb")]
+    pub max_answer_mb: u64,
     /// Let an HTTPS endpoint that offers HTTP/2 carry every request over one
     /// connection. Off, each request in flight has a connection of its own
     /// (HTTP/1.1, as the OpenAI and Anthropic SDKs do): over one HTTP/2
@@ -266,6 +272,9 @@ pub mod defaults {
     }
     pub fn connect_timeout_seconds() -> f64 {
         10.0
+    }
+    pub fn max_answer_mb() -> u64 {
+        64
     }
     pub fn cpu_ms_per_call() -> u64 {
         10_000

@@ -385,6 +385,23 @@ fn a_first_byte_timeout_is_within_the_request_timeout_and_refused_at_its_line() 
 }
 
 #[test]
+fn max_answer_mb_defaults_to_64_and_zero_is_refused_at_its_line() {
+    let endpoint =
+        |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));
+    let default = load_with(GOOD, &[("KEY", "k")]).unwrap();
+    assert_eq!(default.endpoints["llm"].max_answer_mb, 64);
+    let set = load_with(&endpoint("max_answer_mb: 200"), &[("KEY", "k")]).unwrap();
+    assert_eq!(set.endpoints["llm"].max_answer_mb, 200);
+    let err = load_with(&endpoint("max_answer_mb: 0"), &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.yaml:7: endpoint `llm`: max_answer_mb must be at least 1"),
+        "{err}"
+    );
+}
+
+#[test]
 fn http2_is_off_unless_an_endpoint_allows_it_and_must_be_true_or_false() {
     let endpoint =
         |setting: &str| GOOD.replace("pool_size: 4", &format!("pool_size: 4\n    {setting}"));

@@ -28,6 +28,8 @@ pub enum FailureKind {
     Timeout,
     /// The answer did not begin within `first_byte_timeout_seconds`.
     NoFirstByte,
+    /// The answer is larger than `max_answer_mb`: not read further.
+    TooLarge,
 }
 
 /// Why a TLS handshake failed, as far as that tells what to fix.
@@ -59,6 +61,8 @@ pub struct Dispatch<'a> {
     pub target: &'a Target,
     pub kind: EndpointKind,
     pub secrets: &'a Secrets,
+    /// `max_answer_mb` in bytes.
+    pub max_answer_bytes: u64,
 }
 
 impl Dispatch<'_> {
@@ -100,11 +104,7 @@ impl Dispatch<'_> {
         .map_err(|e| AttemptFailure::from_reqwest(&e, timeouts.total))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let body = response.text().await.map_err(|e| {
-            let mut failure = AttemptFailure::from_reqwest(&e, timeouts.total);
-            failure.message = format!("the answer broke off: {}", failure.message);
-            failure
-        })?;
+        let body = read_body(response, self.max_answer_bytes, timeouts.total).await?;
         let body = match self.kind {
             EndpointKind::Anthropic if (200..300).contains(&status) => anthropic::answer(&body),
             _ => body,
@@ -117,7 +117,63 @@ impl Dispatch<'_> {
     }
 }
 
+/// The answer's body as text, decoded by its charset as reqwest's `text()`
+/// does, read no further than `limit` bytes: one that says it is larger is
+/// not read at all.
+async fn read_body(
+    mut response: reqwest::Response,
+    limit: u64,
+    timeout: Duration,
+) -> Result<String, AttemptFailure> {
+    let declared = response.content_length();
+    if declared.is_some_and(|length| length > limit) {
+        return Err(AttemptFailure::too_large(limit));
+    }
+    let encoding = charset(response.headers());
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(chunk) = response.chunk().await.map_err(|e| {
+        let mut failure = AttemptFailure::from_reqwest(&e, timeout);
+        failure.message = format!("the answer broke off: {}", failure.message);
+        failure
+    })? {
+        if (bytes.len() + chunk.len()) as u64 > limit {
+            return Err(AttemptFailure::too_large(limit));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(match encoding {
+        None => match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        },
+        Some(encoding) => encoding.decode(&bytes).0.into_owned(),
+    })
+}
+
+/// The encoding the answer's `Content-Type` names, unless it is UTF-8 (or
+/// none, or one not known), which needs no decoding but a check.
+fn charset(headers: &reqwest::header::HeaderMap) -> Option<&'static encoding_rs::Encoding> {
+    let content_type = headers.get(reqwest::header::CONTENT_TYPE)?.to_str().ok()?;
+    let label = content_type.split(';').skip(1).find_map(|param| {
+        let (name, value) = param.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| value.trim().trim_matches('"'))
+    })?;
+    encoding_rs::Encoding::for_label(label.as_bytes()).filter(|e| *e != encoding_rs::UTF_8)
+}
+
 impl AttemptFailure {
+    fn too_large(limit: u64) -> Self {
+        Self {
+            message: format!(
+                "the answer is larger than max_answer_mb ({} MiB): not read further",
+                limit >> 20
+            ),
+            kind: FailureKind::TooLarge,
+        }
+    }
+
     fn from_reqwest(err: &reqwest::Error, timeout: Duration) -> Self {
         Self {
             message: describe_transport(err, timeout),

@@ -133,7 +133,10 @@ impl Health {
                 endpoint,
                 detail: message.clone(),
             },
-            FailureKind::Transport | FailureKind::Timeout | FailureKind::NoFirstByte => return,
+            FailureKind::Transport
+            | FailureKind::Timeout
+            | FailureKind::NoFirstByte
+            | FailureKind::TooLarge => return,
         };
         self.stop.abort(reason);
     }

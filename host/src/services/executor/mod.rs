@@ -501,6 +501,7 @@ impl Endpoint {
             target: &self.target,
             kind: self.spec.kind,
             secrets: &self.secrets,
+            max_answer_bytes: self.spec.max_answer_mb << 20,
         }
     }
 }

@@ -212,6 +212,8 @@ impl Endpoint {
             Err(failure) => match failure.kind {
                 FailureKind::Timeout => Verdict::Timeout,
                 FailureKind::NoFirstByte => Verdict::Queued,
+                // The same request would be answered at such length again.
+                FailureKind::TooLarge => Verdict::Fatal,
                 FailureKind::Transport | FailureKind::Tls(_) | FailureKind::Unresolved => {
                     Verdict::Transient
                 }
