@@ -94,7 +94,7 @@ impl Client {
             .connect_timeout(Duration::from_secs_f64(spec.connect_timeout_seconds))
             // Uploads and result files can be hundreds of MB.
             .timeout(Duration::from_secs(600))
-            .redirect(crate::services::redirects::policy())
+            .redirect(redirects::policy())
             .user_agent(concat!("weir/", env!("CARGO_PKG_VERSION")))
             .build()
             .with_context(|| format!("endpoint `{name}`: cannot build the HTTP client"))?;

@@ -1,10 +1,11 @@
 //! Whether an endpoint can serve the run at all. What no retry fixes stops
 //! the whole run instead of failing its rows one by one, hours later: an
 //! endpoint that refuses the run's requests (a bad key, no access, no such
-//! model or path), one that cannot be reached before its first answer (a
-//! failed TLS handshake, a host name that does not resolve), and one whose
-//! circuit breaker stays open past `abort_after_seconds`. Rows not finished
-//! by then keep no outcome, so a resume does them once the endpoint is back.
+//! model or path, an account out of credit), one that cannot be reached
+//! before its first answer (a failed TLS handshake, a host name that does
+//! not resolve, a redirect elsewhere), and one whose circuit breaker stays
+//! open past `abort_after_seconds`. Rows not finished by then keep no
+//! outcome, so a resume does them once the endpoint is back.
 
 use super::breaker::{BreakerState, Transition};
 use super::dispatch::{AttemptFailure, FailureKind, TlsFailure};
@@ -24,6 +25,9 @@ pub struct Health {
     /// Some request was answered with success: the key, the URL and the
     /// model are right, so a later 404 is about the request, not the run.
     answered: AtomicBool,
+    /// Before any success, an answer was a web page (HTML) where JSON was
+    /// due: the stop's message asks whether base_url names the API.
+    web_page: Arc<AtomicBool>,
     /// The breaker is open or half-open.
     down: AtomicBool,
     /// Counts the outages begun and ended; a watch is for one outage.
@@ -45,6 +49,7 @@ impl Health {
             abort_after,
             stop,
             answered: AtomicBool::new(false),
+            web_page: Arc::default(),
             down: AtomicBool::new(false),
             outage: Arc::new(AtomicU64::new(0)),
             last_opening: Arc::default(),
@@ -77,10 +82,11 @@ impl Health {
     }
 
     fn watch(&self, outage: u64) {
-        let (current, last, stop) = (
+        let (current, last, stop, web_page) = (
             Arc::clone(&self.outage),
             Arc::clone(&self.last_opening),
             Arc::clone(&self.stop),
+            Arc::clone(&self.web_page),
         );
         let (endpoint, after) = (self.endpoint.clone(), self.abort_after);
         tokio::spawn(async move {
@@ -89,10 +95,18 @@ impl Health {
                 return;
             }
             let last = last.lock().map(|l| l.clone()).unwrap_or_default();
+            let hint = match web_page.load(Ordering::Relaxed) {
+                true => {
+                    "; every answer so far was a web page, not the API's JSON: does base_url \
+                     name the API (an OpenAI-compatible server's ends in /v1)?"
+                }
+                false => "",
+            };
             stop.abort(StopReason::EndpointDown {
                 endpoint,
                 detail: format!(
-                    "its circuit breaker has been open for {} s (abort_after_seconds); {last}",
+                    "its circuit breaker has been open for {} s (abort_after_seconds); \
+                     {last}{hint}",
                     after.as_secs_f64()
                 ),
             });
@@ -141,6 +155,25 @@ impl Health {
         self.stop.abort(reason);
     }
 
+    /// An attempt was answered with success (and JSON where it is due): the
+    /// key, the URL and the model are right. An answer handed on as it came
+    /// after its retries (a 200 that is never JSON) says no such thing.
+    pub fn succeeded(&self) {
+        self.answered.store(true, Ordering::Relaxed);
+        self.web_page.store(false, Ordering::Relaxed);
+    }
+
+    /// An attempt was answered with a body that is not JSON where JSON was
+    /// due. A web page before any success may be a proxy's error page
+    /// (retried, as any such answer) or base_url naming a web site rather
+    /// than the API, which the stop's message then asks about.
+    pub fn not_json(&self, body: &str) {
+        let page = body.trim_start().as_bytes().first() == Some(&b'<');
+        if page && !self.answered.load(Ordering::Relaxed) {
+            self.web_page.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// An attempt was answered with a redirect weir does not follow (see
     /// `services::redirects`). Before the endpoint's first success that is
     /// base_url (`http://` for an `https://` API, a moved host), which every
@@ -158,29 +191,26 @@ impl Health {
     /// Looks at a request's final outcome; an answer that says the run's
     /// configuration is wrong stops the run.
     pub fn judge(&self, result: &Result<Response, CallError>) {
-        match result {
-            Ok(_) => self.answered.store(true, Ordering::Relaxed),
-            Err(CallError::Status(response)) => {
-                let Some(why) = self.refusal(response) else {
-                    return;
-                };
-                let reason = StopReason::EndpointRefused {
-                    endpoint: self.endpoint.clone(),
-                    detail: format!(
-                        "HTTP {} ({why}): {}",
-                        response.status,
-                        first_bytes(&response.body, 200)
-                    ),
-                };
-                // Requests on the wire when the credit ran out were taken
-                // before it did, and are paid for: their answers are let in
-                // and kept. Refused for a key, they would be refused too.
-                match why {
-                    OUT_OF_CREDIT => self.stop.drain(reason),
-                    _ => self.stop.abort(reason),
-                }
-            }
-            Err(_) => {}
+        let Err(CallError::Status(response)) = result else {
+            return;
+        };
+        let Some(why) = self.refusal(response) else {
+            return;
+        };
+        let reason = StopReason::EndpointRefused {
+            endpoint: self.endpoint.clone(),
+            detail: format!(
+                "HTTP {} ({why}): {}",
+                response.status,
+                first_bytes(&response.body, 200)
+            ),
+        };
+        // Requests on the wire when the credit ran out were taken before it
+        // did, and are paid for: their answers are let in and kept. Refused
+        // for a key, they would be refused too.
+        match why {
+            OUT_OF_CREDIT => self.stop.drain(reason),
+            _ => self.stop.abort(reason),
         }
     }
 
@@ -290,7 +320,7 @@ mod tests {
     #[test]
     fn a_404_after_a_success_is_the_rows_problem() {
         let h = health(EndpointKind::Openai);
-        h.judge(&Ok(response(200, "{}")));
+        h.succeeded();
         h.judge(&Err(CallError::Status(response(404, "gone"))));
         assert!(!h.stop().is_aborted());
         let http = health(EndpointKind::Http);
@@ -307,7 +337,7 @@ mod tests {
             let reason = h.stop().reason().unwrap().to_string();
             assert!(reason.contains("is base_url the API's?"), "{reason}");
             let h = health(EndpointKind::Openai);
-            h.judge(&Ok(response(200, "{}")));
+            h.succeeded();
             h.judge(&not_allowed);
             assert!(!h.stop().is_aborted());
         }
@@ -337,7 +367,7 @@ mod tests {
             (EndpointKind::Anthropic, 400, credit),
         ] {
             let h = health(kind);
-            h.judge(&Ok(response(200, "{}")));
+            h.succeeded();
             h.judge(&Err(CallError::Status(response(status, body))));
             let reason = h.stop().reason().unwrap().to_string();
             assert!(
@@ -379,9 +409,33 @@ mod tests {
             "{reason}"
         );
         let h = health(EndpointKind::Openai);
-        h.judge(&Ok(response(200, "{}")));
+        h.succeeded();
         h.redirected(302, &headers);
         assert!(!h.stop().is_aborted());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_of_web_pages_before_any_success_asks_about_base_url() {
+        let open = Transition {
+            to: BreakerState::Open,
+            reason: "the probe failed: HTTP 200 with a body that is not JSON: `<html>`".into(),
+        };
+        for succeeded_first in [false, true] {
+            let h = health(EndpointKind::Openai);
+            if succeeded_first {
+                h.succeeded();
+            }
+            h.not_json("\n<!DOCTYPE html><html><body>Welcome</body></html>");
+            h.not_json("{\"choices\": [");
+            h.breaker_changed(&open);
+            tokio::time::sleep(Duration::from_secs(61)).await;
+            let reason = h.stop().reason().unwrap().to_string();
+            assert_eq!(
+                reason.contains("every answer so far was a web page, not the API's JSON"),
+                !succeeded_first,
+                "{reason}"
+            );
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -226,9 +226,13 @@ impl Endpoint {
             }
             Ok(_) => {}
         }
+        if let (Ok(answer), Verdict::NotJson) = (&result, verdict) {
+            self.health.not_json(&answer.body);
+        }
         let mut behind = None;
         match verdict {
             Verdict::Success => {
+                self.health.succeeded();
                 self.attempt_timeout.answered(latency);
                 self.queue_wait.answered(started);
             }
