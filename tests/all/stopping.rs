@@ -291,12 +291,13 @@ async fn a_key_the_endpoint_refuses_stops_the_run_at_once() {
 /// finishes the run, every row once.
 #[tokio::test]
 async fn an_account_out_of_credit_stops_the_run_and_a_resume_finishes_it() {
-    for (kind, url) in [
+    for (kind, url, status) in [
         (
             "openai",
             TestLlmServer::base_url as fn(&TestLlmServer) -> String,
+            429,
         ),
-        ("anthropic", TestLlmServer::root_url),
+        ("anthropic", TestLlmServer::root_url, 400),
     ] {
         let broke = TestLlmServer::start(Script {
             credit_for: Some(30),
@@ -316,10 +317,10 @@ async fn an_account_out_of_credit_stops_the_run_and_a_resume_finishes_it() {
         let message = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{kind}: {message}");
         assert!(
-            message.contains(
-                "refused the run's requests: HTTP 429 (the account is out of credit or quota: \
-                 add some at the provider, then resume)"
-            ) || message.contains("HTTP 400 (the account is out of credit or quota"),
+            message.contains(&format!(
+                "refused the run's requests: HTTP {status} (the account is out of credit or \
+                 quota: add some at the provider, then resume)"
+            )),
             "{kind}: {message}"
         );
         let refused = broke.served().iter().filter(|s| s.status != 200).count();
