@@ -588,12 +588,7 @@ async fn moved(
     let Some((status, to)) = &shared.script.redirect else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
+    let (authorization, api_key_header) = keys_sent(&headers);
     shared.log.lock().unwrap().push(Served {
         sequence,
         at: shared.started.elapsed(),
@@ -602,13 +597,26 @@ async fn moved(
         status: *status,
         user_message: String::new(),
         body: Value::Null,
-        authorization: header("authorization"),
-        api_key_header: header("api-key").or_else(|| header("x-api-key")),
+        authorization,
+        api_key_header,
         path: format!("/moved/{rest}"),
         fault: None,
     });
     let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::MOVED_PERMANENTLY);
     (status, [("location", format!("{to}/{rest}"))]).into_response()
+}
+
+/// The keys a request came with: its `Authorization` header, and its
+/// `api-key` (Azure) or `x-api-key` (Anthropic) header.
+fn keys_sent(headers: &HeaderMap) -> (Option<String>, Option<String>) {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let api_key = text("api-key").or_else(|| text("x-api-key"));
+    (text("authorization"), api_key)
 }
 
 /// A request counted in flight until it is answered, or until its client
@@ -814,15 +822,7 @@ async fn answer(
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_string();
-    let authorization = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let api_key_header = headers
-        .get("api-key")
-        .or_else(|| headers.get("x-api-key"))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let (authorization, api_key_header) = keys_sent(headers);
     let reflected = match script.reflect_headers {
         true => format!(
             " (you sent authorization: {}; api-key: {})",

@@ -224,10 +224,8 @@ impl Endpoint {
             Ok(answer) if redirects::is_redirect(answer.status) => {
                 self.health.redirected(answer.status, &answer.headers)
             }
+            Ok(answer) if verdict == Verdict::NotJson => self.health.not_json(&answer.body),
             Ok(_) => {}
-        }
-        if let (Ok(answer), Verdict::NotJson) = (&result, verdict) {
-            self.health.not_json(&answer.body);
         }
         let mut behind = None;
         match verdict {
