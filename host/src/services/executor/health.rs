@@ -20,6 +20,8 @@ use std::time::Duration;
 pub struct Health {
     endpoint: String,
     kind: EndpointKind,
+    /// Where the requests go, for a refusal that questions the path.
+    url: String,
     abort_after: Duration,
     stop: Arc<RunStop>,
     /// Some request was answered with success: the key, the URL and the
@@ -40,12 +42,14 @@ impl Health {
     pub fn new(
         endpoint: &str,
         kind: EndpointKind,
+        url: String,
         abort_after: Duration,
         stop: Arc<RunStop>,
     ) -> Self {
         Self {
             endpoint: endpoint.to_string(),
             kind,
+            url,
             abort_after,
             stop,
             answered: AtomicBool::new(false),
@@ -197,13 +201,17 @@ impl Health {
         let Some(why) = self.refusal(response) else {
             return;
         };
+        let mut detail = format!("HTTP {} ({why})", response.status);
+        if matches!(response.status, 404 | 405 | 501) {
+            detail.push_str(&format!(" at POST {}", self.url));
+        }
+        let body = first_bytes(response.body.trim(), 200);
+        if !body.is_empty() {
+            detail.push_str(&format!(": {body}"));
+        }
         let reason = StopReason::EndpointRefused {
             endpoint: self.endpoint.clone(),
-            detail: format!(
-                "HTTP {} ({why}): {}",
-                response.status,
-                first_bytes(&response.body, 200)
-            ),
+            detail,
         };
         // Requests on the wire when the credit ran out were taken before it
         // did, and are paid for: their answers are let in and kept. Refused
@@ -230,6 +238,11 @@ impl Health {
             }
             403 => Some("the API key has no access to this endpoint or model"),
             // A plain HTTP endpoint may answer 404 for one row's lookup.
+            404 if before_any_success && self.kind == EndpointKind::Openai && !self.names_v1() => {
+                Some(
+                    "no such model or path: an OpenAI-compatible server's base_url usually ends in /v1",
+                )
+            }
             404 if before_any_success && self.kind != EndpointKind::Http => {
                 Some("no such model, deployment or path")
             }
@@ -243,6 +256,14 @@ impl Health {
             }
             _ => None,
         }
+    }
+}
+
+impl Health {
+    /// Whether the request's path has a version segment (`/v1`, `/v1beta`),
+    /// as the OpenAI-compatible servers' paths do.
+    fn names_v1(&self) -> bool {
+        reqwest::Url::parse(&self.url).map_or(true, |url| url.path().contains("/v1"))
     }
 }
 
@@ -296,6 +317,7 @@ mod tests {
         Health::new(
             "llm",
             kind,
+            "http://127.0.0.1:9/v1/chat/completions".into(),
             Duration::from_secs(60),
             Arc::new(RunStop::new()),
         )
@@ -326,6 +348,34 @@ mod tests {
         let http = health(EndpointKind::Http);
         http.judge(&Err(CallError::Status(response(404, "no such item"))));
         assert!(!http.stop().is_aborted());
+    }
+
+    #[test]
+    fn a_404_before_any_success_names_the_url_and_asks_for_v1_where_it_is_missing() {
+        let h = health(EndpointKind::Openai);
+        h.judge(&Err(CallError::Status(response(404, ""))));
+        let reason = h.stop().reason().unwrap().to_string();
+        assert!(
+            reason.ends_with(
+                "HTTP 404 (no such model, deployment or path) at POST \
+                 http://127.0.0.1:9/v1/chat/completions"
+            ),
+            "an empty body adds nothing: {reason}"
+        );
+        let h = Health::new(
+            "llm",
+            EndpointKind::Openai,
+            "http://127.0.0.1:9/chat/completions".into(),
+            Duration::from_secs(60),
+            Arc::new(RunStop::new()),
+        );
+        h.judge(&Err(CallError::Status(response(
+            404,
+            "{\"detail\":\"Not Found\"}",
+        ))));
+        let reason = h.stop().reason().unwrap().to_string();
+        assert!(reason.contains("base_url usually ends in /v1"), "{reason}");
+        assert!(reason.ends_with("Not Found\\\"}"), "{reason}");
     }
 
     #[test]

@@ -238,6 +238,7 @@ impl Endpoint {
         } else {
             spec.pool_size
         };
+        let url = target.display_url();
         Ok(Self {
             name: name.to_string(),
             spec: spec.clone(),
@@ -265,6 +266,7 @@ impl Endpoint {
             health: Health::new(
                 name,
                 spec.kind,
+                url,
                 Duration::from_secs_f64(spec.abort_after_seconds),
                 Arc::clone(&controls.stop),
             ),
