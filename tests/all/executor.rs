@@ -1235,6 +1235,59 @@ async fn a_200_that_is_never_json_fails_its_row_as_invalid_response_and_no_other
 }
 
 #[tokio::test]
+async fn a_200_carrying_a_gateways_error_is_retried_and_a_lasting_one_fails_its_row_alone() {
+    let endpoint =
+        "pool_size: 1\nadaptive_concurrency: false\nmax_retries: 2\nbreaker_failures: 100";
+    let passing = TestLlmServer::start(Script {
+        fault_kinds: vec![Fault::OkError],
+        faults_first: 1,
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(&passing, 3, endpoint, "concurrency: 1").await;
+    assert_eq!(code, Some(0), "{summary}");
+    assert_all_answered(&rows, 3);
+    let first = attempts_of_row(&ws, 0);
+    assert_eq!(first.len(), 2, "the error, then the answer: {first:?}");
+    assert_eq!((first[0].0, first[0].1.as_str()), (200, "transient"));
+    assert!(
+        first[0]
+            .2
+            .starts_with("HTTP 200 with an error instead of an answer: `{\"error\""),
+        "{first:?}"
+    );
+
+    let lasting = TestLlmServer::start(Script {
+        fault_kinds: vec![Fault::OkError],
+        fault_rate: 1.0,
+        fault_marker: Some("Q2:".into()),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let (ws, rows, code, summary) = run(&lasting, 4, endpoint, "concurrency: 1").await;
+    assert_eq!(code, Some(2), "{summary}");
+    assert!(
+        summary.contains(
+            "llm_call_failed: 1 rows; first: row 2 at node `ask`: HTTP 200 after 3 attempts: \
+             Upstream provider returned 502"
+        ),
+        "{summary}"
+    );
+    assert_eq!(rows.len(), 3, "{summary}");
+    for row in &rows {
+        let i: usize = row["id"].as_str().unwrap().parse().unwrap();
+        assert_eq!(row["llm_response"], echo_of(i));
+    }
+    let attempts = attempts_of_row(&ws, 2);
+    assert_eq!(
+        attempts.iter().map(|a| a.1.as_str()).collect::<Vec<_>>(),
+        ["transient", "transient", "-"]
+    );
+}
+
+#[tokio::test]
 async fn a_retry_after_beyond_any_budget_fails_its_row_at_once() {
     // `Retry-After: 1e30`: more seconds than a duration can hold.
     let server = TestLlmServer::start(Script {

@@ -64,6 +64,9 @@ pub enum Fault {
     OkHtmlPage,
     /// A 200 whose JSON stops half-way, the connection closed cleanly.
     OkCutShort,
+    /// A 200 whose JSON is an error object instead of an answer, as
+    /// gateways (OpenRouter) send when the model behind them failed.
+    OkError,
     /// A 200 with an empty body.
     OkEmpty,
 }
@@ -1251,6 +1254,17 @@ async fn faulty(shared: &Shared, sequence: u64, fault: Fault, log: &impl Fn(u16)
             log(200);
             let body = "{\"id\": \"chatcmpl-cut\", \"choices\": [{\"message\": {\"con";
             (StatusCode::OK, [("content-type", "application/json")], body).into_response()
+        }
+        Fault::OkError => {
+            log(200);
+            let body = json!({"error": {"message": "Upstream provider returned 502",
+                                        "code": 502}});
+            (
+                StatusCode::OK,
+                [("content-type", "application/json")],
+                body.to_string(),
+            )
+                .into_response()
         }
         Fault::OkEmpty => {
             log(200);

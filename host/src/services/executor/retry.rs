@@ -181,6 +181,81 @@ pub fn classify_status(
     }
 }
 
+/// How a provider's answer went: by its status, unless a 2xx carries the
+/// provider's error object instead of an answer, as gateways (OpenRouter,
+/// LiteLLM's proxy) answer when the model behind them failed. Such an
+/// answer is judged by the error's own code; no tokens were spent on it.
+pub fn classify_answer(
+    kind: EndpointKind,
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+) -> Verdict {
+    let expects_json = promises_json(kind, headers);
+    let verdict = classify_status(status, headers, body, expects_json);
+    if verdict != Verdict::Success || kind == EndpointKind::Http {
+        return verdict;
+    }
+    match error_instead_of_answer(body) {
+        Some(ErrorCode::Status(code)) if !(200..=299).contains(&code) => {
+            classify_status(code, headers, body, false)
+        }
+        Some(ErrorCode::Name(name)) => match name.as_str() {
+            "rate_limit_exceeded" | "rate_limit_error" | "overloaded_error" => Verdict::Capacity {
+                retry_after: retry_after(headers),
+            },
+            "insufficient_quota"
+            | "invalid_request_error"
+            | "authentication_error"
+            | "permission_error"
+            | "not_found_error"
+            | "context_length_exceeded" => Verdict::Fatal,
+            _ => Verdict::Transient,
+        },
+        Some(_) => Verdict::Transient,
+        None => Verdict::Success,
+    }
+}
+
+/// An error's code as a provider's error object gives it.
+enum ErrorCode {
+    /// An HTTP status (OpenRouter's `"code": 502`).
+    Status(u16),
+    /// A name (`rate_limit_exceeded`, Anthropic's `overloaded_error`).
+    Name(String),
+    /// Neither: an error all the same.
+    Unnamed,
+}
+
+/// The code of the error object a body holds in place of an answer: a
+/// top-level `error` and none of an answer's fields.
+fn error_instead_of_answer(body: &str) -> Option<ErrorCode> {
+    let trimmed = body.trim_start();
+    if !trimmed.starts_with('{') || !trimmed.contains("\"error\"") {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let error = value.get("error").filter(|e| !e.is_null())?;
+    if ["choices", "content", "output", "data"]
+        .iter()
+        .any(|field| value.get(field).is_some())
+    {
+        return None;
+    }
+    let code = error.get("code").or_else(|| error.get("type"));
+    Some(match code {
+        Some(serde_json::Value::Number(n)) => n
+            .as_u64()
+            .and_then(|n| u16::try_from(n).ok())
+            .map_or(ErrorCode::Unnamed, ErrorCode::Status),
+        Some(serde_json::Value::String(text)) => match text.parse::<u16>() {
+            Ok(status) => ErrorCode::Status(status),
+            Err(_) => ErrorCode::Name(text.to_ascii_lowercase()),
+        },
+        _ => ErrorCode::Unnamed,
+    })
+}
+
 /// Whether an answer of this kind must be JSON: every provider API's is; a
 /// plain `http` endpoint's answer is left as it came unless its Content-Type
 /// says JSON.
@@ -307,6 +382,66 @@ mod tests {
             assert_eq!(classify_status(200, &none, body, false), Verdict::Success);
         }
         assert_eq!(Verdict::NotJson.retry_cause(), Some(RetryCause::Transient));
+    }
+
+    #[test]
+    fn a_2xx_carrying_a_providers_error_is_judged_by_the_errors_code() {
+        let none = HeaderMap::new();
+        let wait = headers(&[("retry-after", "3")]);
+        let openai = |status, headers: &HeaderMap, body| {
+            classify_answer(EndpointKind::Openai, status, headers, body)
+        };
+        assert_eq!(
+            openai(
+                200,
+                &none,
+                r#"{"error":{"message":"Upstream error","code":502}}"#
+            ),
+            Verdict::Transient
+        );
+        assert_eq!(
+            openai(200, &wait, r#"{"error":{"message":"busy","code":"429"}}"#),
+            Verdict::Capacity {
+                retry_after: Some(Duration::from_secs(3))
+            }
+        );
+        assert_eq!(
+            openai(200, &none, r#"{"error":{"code":"rate_limit_exceeded"}}"#),
+            Verdict::Capacity { retry_after: None }
+        );
+        assert_eq!(
+            openai(200, &none, r#"{"error":{"message":"bad","code":400}}"#),
+            Verdict::Fatal
+        );
+        assert_eq!(
+            openai(200, &none, r#"{"error":"something broke"}"#),
+            Verdict::Transient
+        );
+        assert_eq!(
+            classify_answer(
+                EndpointKind::Anthropic,
+                200,
+                &none,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
+            Verdict::Capacity { retry_after: None }
+        );
+        // Answers, whatever else they hold; and a plain endpoint's own JSON.
+        for body in [
+            r#"{"choices":[{"message":{"content":"hi"}}],"error":null}"#,
+            r#"{"content":[{"type":"text","text":"hi"}],"error":{"code":1}}"#,
+            r#"{"id":"x","object":"chat.completion","choices":[]}"#,
+        ] {
+            assert_eq!(openai(200, &none, body), Verdict::Success, "{body}");
+        }
+        assert_eq!(
+            classify_answer(EndpointKind::Http, 200, &none, r#"{"error":{"code":502}}"#),
+            Verdict::Success
+        );
+        assert_eq!(
+            openai(429, &none, "{}"),
+            Verdict::Capacity { retry_after: None }
+        );
     }
 
     #[test]

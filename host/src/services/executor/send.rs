@@ -202,11 +202,11 @@ impl Endpoint {
             Ok(answer) => self.schema.judge(
                 body,
                 Some((answer.status, &answer.body)),
-                retry::classify_status(
+                retry::classify_answer(
+                    self.spec.kind,
                     answer.status,
                     &answer.headers,
                     &answer.body,
-                    retry::promises_json(self.spec.kind, &answer.headers),
                 ),
             ),
             Err(failure) => match failure.kind {
@@ -318,6 +318,9 @@ impl Endpoint {
         let failure = match (&tried.result, tried.verdict) {
             (Err(_), Verdict::Queued) if tried.behind.is_some() => None,
             (Err(f), _) => Some(f.message.clone()),
+            (Ok(a), Verdict::Transient) if (200..=299).contains(&a.status) => {
+                Some(error_in_success(a))
+            }
             (Ok(a), Verdict::Transient) => Some(format!("HTTP {}", a.status)),
             (Ok(a), Verdict::NotJson) => Some(not_json(a)),
             _ => None,
@@ -496,8 +499,19 @@ fn failure_text(tried: &Tried) -> Option<String> {
     match (&tried.result, tried.verdict) {
         (Err(f), _) => Some(f.message.clone()),
         (Ok(a), Verdict::NotJson) => Some(not_json(a)),
+        (Ok(_), Verdict::Success) => None,
+        (Ok(a), _) if (200..=299).contains(&a.status) => Some(error_in_success(a)),
         _ => None,
     }
+}
+
+/// A 2xx that carried the provider's error object instead of an answer.
+fn error_in_success(answer: &Answer) -> String {
+    format!(
+        "HTTP {} with an error instead of an answer: {}",
+        answer.status,
+        retry::body_start(&answer.body)
+    )
 }
 
 /// The wait a last capacity answer asked for, when it was one worth naming:
