@@ -156,13 +156,15 @@ export function interpretCompleted(result) {
     if (result.kind === 'invalid-request') throw new RowError('invalid_request', result.message);
     throw new RowError('invalid_response', `the answer is not a chat answer: ${excerpt(result.response?.body ?? '')}`);
   }
-  checkFinish(result.finishReason === 'length', result.finishReason === 'content_filter', result.text);
-  let usage;
+  let body;
   try {
-    usage = JSON.parse(result.body).usage;
+    body = JSON.parse(result.body);
   } catch {
-    usage = undefined;
+    body = undefined;
   }
+  checkRefusal(Array.isArray(body?.choices) ? body.choices[0]?.message : undefined, result.text);
+  checkFinish(result.finishReason === 'length', result.finishReason === 'content_filter', result.text);
+  const usage = body?.usage;
   const { inputTokens, outputTokens } = result;
   return new Answer({
     content: result.text,
@@ -201,6 +203,7 @@ function openaiAnswer(value, body) {
   if (!isObject(choice)) throw new RowError('invalid_response', `the answer has no choices: ${excerpt(body)}`);
   const content = typeof choice.message?.content === 'string' ? choice.message.content : '';
   const reason = choice.finish_reason ?? undefined;
+  checkRefusal(choice.message, content);
   checkFinish(reason === 'length', reason === 'content_filter', content);
   const usage = isObject(value.usage) ? value.usage : undefined;
   return new Answer({
@@ -233,6 +236,15 @@ function anthropicAnswer(value) {
     outputTokens,
     totalTokens: inputTokens === undefined || outputTokens === undefined ? undefined : inputTokens + outputTokens,
   });
+}
+
+// OpenAI's structured outputs decline in `refusal` rather than the text: the
+// same code as Anthropic's `refusal` stop reason, with the model's words.
+function checkRefusal(message, content) {
+  const refusal = isObject(message) && typeof message.refusal === 'string' ? message.refusal.trim() : '';
+  if (content.trim() === '' && refusal !== '') {
+    throw new RowError('content_filtered', `the model refused to answer: ${excerpt(refusal)}`);
+  }
 }
 
 function checkFinish(truncated, filtered, content) {

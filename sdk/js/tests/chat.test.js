@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { CallError, Chat, Response, RowError, anthropicReplyBody, extractJson, interpret, replyBody } from '../src/index.js';
+import { CallError, Chat, Response, RowError, anthropicReplyBody, extractJson, interpret, interpretCompleted, replyBody } from '../src/index.js';
 
 const ok = (body, status = 200) => new Response(status, typeof body === 'string' ? body : JSON.stringify(body));
 
@@ -84,6 +84,18 @@ test('truncated, filtered and empty answers are row errors', () => {
   assert.equal(codeOf(ok(anthropicReplyBody('posi', { stopReason: 'max_tokens' }))), 'response_truncated');
   assert.equal(codeOf(ok(anthropicReplyBody('', { stopReason: 'refusal' }))), 'content_filtered');
   assert.equal(codeOf(ok({ type: 'message', content: [], stop_reason: 'end_turn' })), 'empty_response');
+});
+
+test('a refusal is a row error with the model words, raw or typed', () => {
+  const body = { choices: [{ message: { content: null, refusal: "I can't help with that." }, finish_reason: 'stop' }] };
+  const typed = { text: '', finishReason: 'stop', body: JSON.stringify(body) };
+  for (const read of [() => interpret(ok(body)), () => interpretCompleted(typed)]) {
+    assert.throws(read, (e) => {
+      assert.ok(e instanceof RowError, `${e}`);
+      assert.deepEqual([e.code, e.message], ['content_filtered', "the model refused to answer: I can't help with that."]);
+      return true;
+    });
+  }
 });
 
 test('answers that are not chat answers are invalid', () => {

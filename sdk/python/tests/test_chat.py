@@ -1,9 +1,10 @@
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from weir_sdk import CallError, Chat, Response, RowError, extract_json, interpret
-from weir_sdk.chat import anthropic_reply_body, reply_body
+from weir_sdk.chat import anthropic_reply_body, interpret_completed, reply_body
 
 
 def ok(body, status=200):
@@ -70,6 +71,22 @@ def test_truncated_filtered_and_empty_answers_are_row_errors():
     assert code_of(ok(anthropic_reply_body("posi", stop_reason="max_tokens"))) == "response_truncated"
     assert code_of(ok(anthropic_reply_body("", stop_reason="refusal"))) == "content_filtered"
     assert code_of(ok({"type": "message", "content": [], "stop_reason": "end_turn"})) == "empty_response"
+
+
+def test_a_refusal_is_a_row_error_with_the_models_words_raw_or_typed():
+    body = {"choices": [{"message": {"content": None, "refusal": "I can't help with that."}, "finish_reason": "stop"}]}
+    with pytest.raises(RowError) as raw:
+        interpret(ok(body))
+    typed = SimpleNamespace(
+        text="", finish_reason="stop", body=json.dumps(body), model=None, input_tokens=None, output_tokens=None
+    )
+    with pytest.raises(RowError) as completed:
+        interpret_completed(typed)
+    for caught in (raw, completed):
+        assert (caught.value.code, caught.value.message) == (
+            "content_filtered",
+            "the model refused to answer: I can't help with that.",
+        )
 
 
 def test_answers_that_are_not_chat_answers_are_invalid():

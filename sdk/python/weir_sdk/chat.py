@@ -159,11 +159,15 @@ def interpret_completed(result):
             raise RowError("invalid_request", result.message)
         body = result.response.body if result.response is not None else ""
         raise RowError("invalid_response", f"the answer is not a chat answer: {excerpt(body)}")
-    _check_finish(result.finish_reason == "length", result.finish_reason == "content_filter", result.text)
     try:
-        usage = json.loads(result.body).get("usage")
-    except (ValueError, AttributeError):
-        usage = None
+        body = json.loads(result.body)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("choices"), list) and body["choices"]:
+        choice = body["choices"][0]
+        _check_refusal(choice.get("message") if isinstance(choice, dict) else None, result.text)
+    _check_finish(result.finish_reason == "length", result.finish_reason == "content_filter", result.text)
+    usage = body.get("usage") if isinstance(body, dict) else None
     total = None
     if result.input_tokens is not None and result.output_tokens is not None:
         total = result.input_tokens + result.output_tokens
@@ -210,6 +214,7 @@ def _openai_answer(value, body):
     content = message.get("content") if isinstance(message, dict) else None
     content = content if isinstance(content, str) else ""
     reason = choice.get("finish_reason")
+    _check_refusal(message, content)
     _check_finish(reason == "length", reason == "content_filter", content)
     usage = value.get("usage") if isinstance(value.get("usage"), dict) else None
     return Answer(
@@ -244,6 +249,14 @@ def _anthropic_answer(value):
         output_tokens=output_tokens,
         total_tokens=total,
     )
+
+
+def _check_refusal(message, content):
+    # OpenAI's structured outputs decline in `refusal` rather than the text;
+    # the same code as Anthropic's `refusal` stop reason, with the model's words.
+    refusal = message.get("refusal") if isinstance(message, dict) else None
+    if not content.strip() and isinstance(refusal, str) and refusal.strip():
+        raise RowError("content_filtered", f"the model refused to answer: {excerpt(refusal.strip())}")
 
 
 def _check_finish(truncated, filtered, content):

@@ -159,6 +159,15 @@ pub fn interpret_completed(result: Result<ChatAnswer, ChatError>) -> Result<Answ
             "the provider's content filter withheld the answer",
         ));
     }
+    if answer.text.trim().is_empty()
+        && let Some(refusal) = serde_json::from_str::<Value>(&answer.body)
+            .ok()
+            .as_ref()
+            .and_then(|body| body.pointer("/choices/0/message"))
+            .and_then(refused)
+    {
+        return Err(refusal);
+    }
     if answer.text.trim().is_empty() {
         return Err(RowError::new(
             "empty_response",
@@ -231,6 +240,11 @@ fn parse_answer(body: &str) -> Result<Answer, RowError> {
         }
         _ => {}
     }
+    if content.trim().is_empty()
+        && let Some(refusal) = choice.get("message").and_then(refused)
+    {
+        return Err(refusal);
+    }
     if content.trim().is_empty() {
         return Err(RowError::new(
             "empty_response",
@@ -242,6 +256,19 @@ fn parse_answer(body: &str) -> Result<Answer, RowError> {
         usage: value.get("usage").cloned().unwrap_or(Value::Null),
         model: value.get("model").cloned().unwrap_or(Value::Null),
         truncated,
+    })
+}
+
+/// The row error for a message that declines to answer instead of
+/// answering (OpenAI's `refusal`, with structured outputs): the same code as
+/// Anthropic's `refusal` stop reason, with the model's own words.
+fn refused(message: &Value) -> Option<RowError> {
+    let refusal = message.get("refusal")?.as_str()?.trim();
+    (!refusal.is_empty()).then(|| {
+        RowError::new(
+            "content_filtered",
+            format!("the model refused to answer: {}", excerpt(refusal)),
+        )
     })
 }
 
@@ -360,6 +387,13 @@ mod tests {
             interpret(ok(200, empty)).unwrap_err().code,
             "empty_response"
         );
+        let refused = r#"{"choices":[{"message":{"content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}"#;
+        let error = interpret(ok(200, refused)).unwrap_err();
+        assert_eq!(error.code, "content_filtered");
+        assert_eq!(
+            error.message,
+            "the model refused to answer: I can't help with that."
+        );
         assert_eq!(
             interpret(ok(200, "<html>oops</html>")).unwrap_err().code,
             "invalid_response"
@@ -406,6 +440,7 @@ mod tests {
             r#"{"choices":[{"message":{"content":""},"finish_reason":"length"}]}"#,
             r#"{"choices":[{"message":{"content":null},"finish_reason":"content_filter"}]}"#,
             r#"{"choices":[{"message":{"content":"  "},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"message":{"content":null,"refusal":"No."},"finish_reason":"stop"}]}"#,
             "<html>oops</html>",
         ] {
             let raw = interpret(ok(200, body));
@@ -417,7 +452,12 @@ mod tests {
             }));
             match (raw, typed) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{body}"),
-                (Err(a), Err(b)) => assert_eq!(a.code, b.code, "{body}"),
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.code, b.code, "{body}");
+                    if body.contains("refusal") {
+                        assert_eq!(a.message, b.message);
+                    }
+                }
                 (a, b) => panic!("{body}: {a:?} against {b:?}"),
             }
         }
