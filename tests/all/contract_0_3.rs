@@ -262,6 +262,29 @@ async fn complete_asks_an_openai_endpoint_in_the_chat_completions_shape() {
 }
 
 #[tokio::test]
+async fn a_request_asking_for_a_stream_is_not_sent_and_fails_its_row() {
+    let server = echo_server_that_cuts_at_max_tokens().await;
+    let ws = Workspace::new();
+    ws.write("in.jsonl", "{\"id\":1,\"text\":\"hi\"}\n");
+    let p = ws.write(
+        "p.yaml",
+        &chat_pipeline(OPENAI, "      params:\n        stream: true\n"),
+    );
+    let env = [
+        ("OPENAI_API_KEY", KEY),
+        ("OPENAI_BASE_URL", &server.base_url()),
+    ];
+    let out = weir(&["run", p.to_str().unwrap()], &env).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("endpoint `llm`: not sent, the request asks for `\"stream\": true`"),
+        "{err}"
+    );
+    assert!(server.served().is_empty(), "nothing is paid for");
+}
+
+#[tokio::test]
 async fn complete_asks_an_anthropic_endpoint_in_the_messages_shape() {
     let server = echo_server_that_cuts_at_max_tokens().await;
     let endpoint = "  llm:\n    kind: anthropic\n    base_url: ${ANTHROPIC_BASE_URL}\n    \

@@ -97,6 +97,13 @@ pub fn check(params: &Map<String, Value>, options_given: &[&str]) -> Result<(), 
             return Err(format!("options.params.{field} is not allowed: {why}"));
         }
     }
+    if params.get("stream") == Some(&Value::Bool(true)) {
+        return Err(
+            "options.params.stream: weir reads each answer whole, and a streamed one \
+             would be paid for and then unreadable: remove `stream`"
+                .to_string(),
+        );
+    }
     for field in options_given {
         if params.contains_key(*field) {
             return Err(format!(
@@ -179,6 +186,9 @@ mod tests {
                 "{err}"
             );
         }
+        let err = check(&map(json!({"stream": true})), &[]).unwrap_err();
+        assert!(err.starts_with("options.params.stream: "), "{err}");
+        assert!(check(&map(json!({"stream": false})), &[]).is_ok());
         let err = check(&map(json!({"temperature": 1})), &["temperature"]).unwrap_err();
         assert!(err.contains("also set as options.temperature"), "{err}");
         assert!(check(&map(json!({"temperature": 1, "seed": 7})), &[]).is_ok());

@@ -4,7 +4,8 @@
 //! `finish_reason`, `input_tokens`, `output_tokens`, `answer_model`.
 //!
 //! Options: `endpoint` (default: the only granted one), `model`,
-//! `max_tokens`, and `params.temperature` (0 to 2), refused by its path.
+//! `max_tokens`, `params.temperature` (0 to 2), refused by its path, and
+//! `params.stream`, sent as given.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,6 +26,7 @@ struct Options {
 #[serde(deny_unknown_fields)]
 struct Params {
     temperature: Option<f64>,
+    stream: Option<bool>,
 }
 
 pub struct TestChat {
@@ -110,6 +112,9 @@ impl TestChat {
         }
         if let Some(m) = self.options.max_tokens {
             chat = chat.max_tokens(m);
+        }
+        if let Some(stream) = self.options.params.stream {
+            chat = chat.param("stream", Value::Bool(stream));
         }
         chat
     }

@@ -152,6 +152,9 @@ impl GuestState {
             }
             Outbound::Live(grants) => Arc::clone(&grants[&request.endpoint]),
         };
+        if let Some(refusal) = endpoint.refusal(&request.body) {
+            return Plan::Done(Err(CallError::Denied(refusal)));
+        }
         if let (Some(queue), Some(audit)) = (endpoint.batch(), &self.node.audit) {
             let cache_slot = endpoint.cache_slot(&request.body);
             if let Some(slot) = &cache_slot

@@ -14,6 +14,8 @@ pub struct Chat {
     max_tokens: Option<u32>,
     json_object: bool,
     messages: Vec<(String, String)>,
+    /// Other body parameters, sent as given.
+    extra: Map<String, Value>,
 }
 
 impl Chat {
@@ -39,6 +41,13 @@ impl Chat {
     /// Asks for a JSON object answer (`response_format: json_object`).
     pub fn json_object(mut self) -> Self {
         self.json_object = true;
+        self
+    }
+
+    /// Any other body parameter (`top_p`, `seed`, `stop`, ...), sent as
+    /// given; the typed fields above are written over one of the same name.
+    pub fn param(mut self, name: &str, value: Value) -> Self {
+        self.extra.insert(name.to_string(), value);
         self
     }
 
@@ -74,13 +83,13 @@ impl Chat {
             response_format: self
                 .json_object
                 .then(|| json!({"type": "json_object"}).to_string()),
-            extra: None,
+            extra: (!self.extra.is_empty()).then(|| Value::Object(self.extra.clone()).to_string()),
         }
     }
 
     /// The request body as JSON text, for [`crate::Host::send`].
     pub fn body(&self) -> String {
-        let mut body = Map::new();
+        let mut body = self.extra.clone();
         if let Some(model) = &self.model {
             body.insert("model".into(), json!(model));
         }
@@ -331,6 +340,12 @@ mod tests {
             body,
             json!({"messages": [{"role": "user", "content": "hi"}]})
         );
+        let with_seed = Chat::new()
+            .param("seed", json!(7))
+            .param("model", json!("x"));
+        let body: Value =
+            serde_json::from_str(&with_seed.model(Some("m")).user("u").body()).unwrap();
+        assert_eq!((&body["seed"], &body["model"]), (&json!(7), &json!("m")));
         let body: Value = serde_json::from_str(
             &Chat::new()
                 .model(Some("m"))

@@ -34,6 +34,7 @@ mod send;
 #[cfg(test)]
 mod sim;
 mod stats;
+mod streaming;
 mod target;
 mod throttle;
 mod to_come;
@@ -346,6 +347,12 @@ impl Endpoint {
     }
 
     /// Where the endpoint's requests wait for batches, in batch mode.
+    /// Why `body` may not be sent to this endpoint at all, said as the row's
+    /// error: none, unless it asks for a streamed answer.
+    pub fn refusal(&self, body: &str) -> Option<String> {
+        streaming::refusal(self.spec.kind, &self.name, body)
+    }
+
     pub fn batch(&self) -> Option<&Arc<BatchQueue>> {
         self.batch.as_ref()
     }
