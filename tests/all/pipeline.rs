@@ -76,6 +76,37 @@ async fn sentiment_example_classifies_every_row() {
 }
 
 #[tokio::test]
+async fn a_semicolon_csv_is_read_by_its_header_and_a_sink_writes_the_delimiter_it_is_given() {
+    // As spreadsheets save CSV where the comma is the decimal mark.
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    ws.write("in.csv", "id;text\n1;\"one; two\"\n2;1,5 kg\n");
+    let yaml = pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS).replace(
+        "  - path: out.csv\n",
+        "  - path: out.csv\n    delimiter: ';'\n",
+    );
+    let pipeline = ws.write("p.yaml", &yaml);
+    let validated = weir(&["validate", pipeline.to_str().unwrap()], &[]).await;
+    let said = String::from_utf8_lossy(&validated.stdout);
+    assert!(said.contains("in.csv (columns id, text)"), "{said}");
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let prompts: Vec<String> = server
+        .served()
+        .iter()
+        .map(|s| s.user_message.clone())
+        .collect();
+    assert_eq!(prompts.len(), 2);
+    assert!(prompts.contains(&"Q1: one; two".to_string()), "{prompts:?}");
+    assert!(prompts.contains(&"Q2: 1,5 kg".to_string()), "{prompts:?}");
+    let written = std::fs::read_to_string(ws.path("out.csv")).unwrap();
+    assert!(
+        written.starts_with("id;text;llm_response\n1;\"one; two\";"),
+        "{written}"
+    );
+}
+
+#[tokio::test]
 async fn each_row_gets_its_own_answer_despite_injected_429s() {
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(2),

@@ -537,14 +537,21 @@ async fn execute(command: Command) -> Result<ExitCode> {
             let (pipeline, unset) = config::load_without_secrets(&path)?;
             // The source's header is checked, so an object is fetched.
             storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
-            let nodes = engine::validate(&pipeline).await?;
+            let validated = engine::validate(&pipeline).await?;
             tell!("{}: ok", path.display());
             for name in unset {
                 tell!("  note    {name} is not set; `weir run` will need it");
             }
             let shown = |path| pipeline.staging.shown(path);
-            tell!("  source  {}", shown(&pipeline.source.path));
-            for (name, fields) in nodes {
+            match &validated.columns {
+                Some(columns) => tell!(
+                    "  source  {} (columns {})",
+                    shown(&pipeline.source.path),
+                    columns.join(", ")
+                ),
+                None => tell!("  source  {}", shown(&pipeline.source.path)),
+            }
+            for (name, fields) in validated.nodes {
                 tell!("  node    {name} adds {}", fields.join(", "));
             }
             for sink in &pipeline.sinks {

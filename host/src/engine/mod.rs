@@ -79,18 +79,28 @@ pub struct Resume {
     pub allow_changed_source: bool,
 }
 
+/// What `weir validate` found: the source's columns (a CSV's header) and
+/// the fields each node adds.
+pub struct Validated {
+    pub columns: Option<Vec<String>>,
+    pub nodes: Vec<(String, Vec<String>)>,
+}
+
 /// Checks everything that can be checked without calling an endpoint: the
 /// pipeline file, the source header, every component and its options.
-pub async fn validate(pipeline: &Pipeline) -> Result<Vec<(String, Vec<String>)>> {
+pub async fn validate(pipeline: &Pipeline) -> Result<Validated> {
     let source = io::open_source(&pipeline.source)?;
     source_check::refuse_unreadable_rows(pipeline)?;
     let prepared = setup::prepare(pipeline, None, &RunControls::unlimited()).await?;
     columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
-    Ok(prepared
-        .nodes
-        .iter()
-        .map(|n| (n.config.name.clone(), n.runtime.output_fields().to_vec()))
-        .collect())
+    Ok(Validated {
+        columns: source.columns.clone(),
+        nodes: prepared
+            .nodes
+            .iter()
+            .map(|n| (n.config.name.clone(), n.runtime.output_fields().to_vec()))
+            .collect(),
+    })
 }
 
 /// `weir cancel`: asks the providers to cancel a run's open batches.

@@ -101,7 +101,11 @@ mod tests {
         } else {
             Format::Jsonl
         };
-        DataFile { path, format }
+        DataFile {
+            path,
+            format,
+            delimiter: None,
+        }
     }
 
     #[test]
@@ -130,6 +134,7 @@ mod tests {
         let missing = DataFile {
             path: dir.path().join("missing.csv"),
             format: Format::Csv,
+            delimiter: None,
         };
         assert_eq!(rows_in_small_source(&missing), None);
     }

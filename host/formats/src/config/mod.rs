@@ -242,6 +242,9 @@ pub enum OnError {
 pub struct DataFile {
     pub path: PathBuf,
     pub format: Format,
+    /// A CSV's field separator as the file gives it. None: a sink's is a
+    /// comma, a source's is told from its header line.
+    pub delimiter: Option<u8>,
 }
 
 impl DataFile {
@@ -477,9 +480,17 @@ pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
+    let format = format_of(&file, &["source"], &spec.source.path, spec.source.format)?;
     let source = DataFile {
         path: existing_file(&file, &["source", "path"], &spec.source.path, "source")?,
-        format: format_of(&file, &["source"], &spec.source.path, spec.source.format)?,
+        format,
+        delimiter: delimiter_of(
+            &file,
+            &["source", "delimiter"],
+            &spec.source.path,
+            &spec.source.delimiter,
+            format,
+        )?,
     };
     for (name, endpoint) in &spec.endpoints {
         check_endpoint(&file, name, endpoint)?;
@@ -499,9 +510,17 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
     let mut sinks = Vec::new();
     for (i, sink) in spec.sinks.iter().enumerate() {
         let key = i.to_string();
+        let format = format_of(&file, &["sinks", &key], &sink.path, sink.format)?;
         sinks.push(DataFile {
             path: file.place(&["sinks", &key, "path"], &sink.path)?,
-            format: format_of(&file, &["sinks", &key], &sink.path, sink.format)?,
+            format,
+            delimiter: delimiter_of(
+                &file,
+                &["sinks", &key, "delimiter"],
+                &sink.path,
+                &sink.delimiter,
+                format,
+            )?,
         });
     }
     let staging = file.staging();
@@ -555,7 +574,14 @@ fn on_error_of(
             if let Some(at) = error_sinks.iter().position(|e| e.path == path) {
                 return Ok(OnError::Quarantine(at));
             }
-            error_sinks.push(DataFile { path, format });
+            let delimiter_key = [key, &["delimiter"]].concat();
+            let delimiter =
+                delimiter_of(file, &delimiter_key, &sink.path, &sink.delimiter, format)?;
+            error_sinks.push(DataFile {
+                path,
+                format,
+                delimiter,
+            });
             Ok(OnError::Quarantine(error_sinks.len() - 1))
         }
     }
@@ -936,6 +962,43 @@ fn existing_file(file: &PipelineFile, key: &[&str], relative: &str, what: &str) 
     Ok(path)
 }
 
+/// A CSV's field separator as a pipeline file gives it: one character, as
+/// `";"`, `"\t"` or `tab`, `"|"`; a tab for a `.tsv` file that gives none.
+fn delimiter_of(
+    file: &PipelineFile,
+    key: &[&str],
+    path: &str,
+    given: &Option<String>,
+    format: Format,
+) -> Result<Option<u8>> {
+    let Some(text) = given else {
+        let tsv = format == Format::Csv && extension(path) == Some("tsv");
+        return Ok(tsv.then_some(b'\t'));
+    };
+    if format != Format::Csv {
+        return Err(file.error_at(key, "delimiter: only a CSV file has one"));
+    }
+    let byte = match text.as_str() {
+        "tab" | "\\t" => b'\t',
+        one if one.len() == 1 => one.as_bytes()[0],
+        _ => 0,
+    };
+    if !byte.is_ascii() || matches!(byte, 0 | b'"' | b'\n' | b'\r') {
+        return Err(file.error_at(
+            key,
+            format!(
+                "delimiter: expected one character such as \",\", \";\", \"|\" or tab, got \
+                 {text:?}"
+            ),
+        ));
+    }
+    Ok(Some(byte))
+}
+
+fn extension(path: &str) -> Option<&str> {
+    Path::new(path).extension().and_then(|e| e.to_str())
+}
+
 fn format_of(
     file: &PipelineFile,
     key: &[&str],
@@ -945,12 +1008,12 @@ fn format_of(
     if let Some(format) = given {
         return Ok(format);
     }
-    match Path::new(path).extension().and_then(|e| e.to_str()) {
-        Some("csv") => Ok(Format::Csv),
+    match extension(path) {
+        Some("csv" | "tsv") => Ok(Format::Csv),
         Some("jsonl") | Some("ndjson") => Ok(Format::Jsonl),
         _ => Err(file.error_at(
             key,
-            format!("cannot tell the format of `{path}` from its extension; add `format: csv` or `format: jsonl`"),
+            format!("cannot tell the format of `{path}` from its extension (.csv, .tsv, .jsonl); add `format: csv` or `format: jsonl`"),
         )),
     }
 }

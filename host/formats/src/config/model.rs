@@ -81,6 +81,9 @@ pub struct SourceSpec {
     /// Taken from the extension when absent.
     #[serde(default)]
     pub format: Option<Format>,
+    /// A CSV's field separator; told from the header line when absent.
+    #[serde(default)]
+    pub delimiter: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +92,9 @@ pub struct SinkSpec {
     pub path: String,
     #[serde(default)]
     pub format: Option<Format>,
+    /// A CSV's field separator; a comma when absent.
+    #[serde(default)]
+    pub delimiter: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

@@ -450,3 +450,56 @@ fn the_attempt_timeout_is_on_by_default_and_its_settings_are_checked_at_their_li
         assert!(err.contains(&format!("pipeline.yaml:{expected}")), "{err}");
     }
 }
+
+#[test]
+fn a_csv_delimiter_is_one_character_and_only_for_csv() {
+    let with = |source: &str, sink: &str| {
+        GOOD.replace("path: in.csv", &format!("path: in.csv\n  {source}"))
+            .replace(
+                "  - path: out/result.jsonl",
+                &format!("  - path: out/result.csv\n    {sink}"),
+            )
+    };
+    let p = load_with(&with("delimiter: ';'", "delimiter: tab"), &[("KEY", "k")]).unwrap();
+    assert_eq!(
+        (p.source.delimiter, p.sinks[0].delimiter),
+        (Some(b';'), Some(b'\t'))
+    );
+    let p = load_with(
+        &with("delimiter: \"\\t\"", "delimiter: '|'"),
+        &[("KEY", "k")],
+    )
+    .unwrap();
+    assert_eq!(
+        (p.source.delimiter, p.sinks[0].delimiter),
+        (Some(b'\t'), Some(b'|'))
+    );
+    let p = load_with(GOOD, &[("KEY", "k")]).unwrap();
+    assert_eq!(p.source.delimiter, None, "told from the header line");
+    let tsv = GOOD.replace("out/result.jsonl", "out/result.tsv");
+    let p = load_with(&tsv, &[("KEY", "k")]).unwrap();
+    assert_eq!(
+        (p.sinks[0].format, p.sinks[0].delimiter),
+        (Format::Csv, Some(b'\t'))
+    );
+    for (yaml, line) in [
+        (with("delimiter: ';;'", ""), 3),
+        (with("delimiter: '\"'", ""), 3),
+        (with("", "delimiter: ''"), 17),
+        (with("", "delimiter: é"), 17),
+    ] {
+        let err = load_with(&yaml, &[("KEY", "k")]).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "pipeline.yaml:{line}: delimiter: expected one character"
+            )),
+            "{err}"
+        );
+    }
+    let jsonl = GOOD.replace(
+        "  - path: out/result.jsonl",
+        "  - path: out/result.jsonl\n    delimiter: ';'",
+    );
+    let err = load_with(&jsonl, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(err.contains("delimiter: only a CSV file has one"), "{err}");
+}

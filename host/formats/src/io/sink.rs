@@ -103,6 +103,7 @@ pub fn open_sink(
         Format::Csv => Box::new(CsvSink {
             writer: csv::WriterBuilder::new()
                 .buffer_capacity(BUFFER)
+                .delimiter(file.delimiter.unwrap_or(b','))
                 .from_writer(handle),
             place,
             columns,
@@ -309,6 +310,7 @@ mod tests {
         let file = DataFile {
             path: path.clone(),
             format: Format::Csv,
+            delimiter: None,
         };
         let mut sink = open_sink(
             &file,
@@ -336,12 +338,32 @@ mod tests {
     }
 
     #[test]
+    fn a_csv_sink_writes_the_delimiter_it_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("result.csv");
+        let file = DataFile {
+            path: path.clone(),
+            format: Format::Csv,
+            delimiter: Some(b';'),
+        };
+        let mut sink = open_sink(&file, Some(vec!["id".into(), "price".into()]), None).unwrap();
+        sink.write(&row(json!({"id": "1", "price": "1,5; net"})))
+            .unwrap();
+        sink.finish().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "id;price\n1;\"1,5; net\"\n"
+        );
+    }
+
+    #[test]
     fn jsonl_sink_and_abandon() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.jsonl");
         let file = DataFile {
             path: path.clone(),
             format: Format::Jsonl,
+            delimiter: None,
         };
         let mut sink = open_sink(&file, None, None).unwrap();
         sink.write(&row(json!({"b": 1, "a": 2}))).unwrap();
@@ -354,6 +376,7 @@ mod tests {
         let other = DataFile {
             path: dir.path().join("gone.jsonl"),
             format: Format::Jsonl,
+            delimiter: None,
         };
         let mut sink = open_sink(&other, None, None).unwrap();
         sink.write(&row(json!({"a": 1}))).unwrap();
@@ -369,6 +392,7 @@ mod tests {
         let file = DataFile {
             path: path.clone(),
             format: Format::Csv,
+            delimiter: None,
         };
         let columns = Some(vec!["id".to_string()]);
         let mut sink = open_sink(&file, columns.clone(), None).unwrap();

@@ -78,7 +78,7 @@ impl Iterator for SourceReader {
 
 pub fn open_source(file: &DataFile) -> Result<SourceReader> {
     let handle = File::open(&file.path).map_err(|e| SourceError::open(&file.path, e))?;
-    read_source(handle, file.format, &file.path.display().to_string())
+    read_source(handle, file, &file.path.display().to_string())
 }
 
 /// What a full read of a source found: how many rows, and the rows it
@@ -153,18 +153,18 @@ pub fn open_source_hashed(file: &DataFile) -> Result<(SourceReader, FileStamp, C
     );
     let reader = HashingReader::new(handle);
     let hash = reader.hash();
-    let rows = read_source(reader, file.format, &file.path.display().to_string())?;
+    let rows = read_source(reader, file, &file.path.display().to_string())?;
     Ok((rows, stamp, hash))
 }
 
-/// Rows from any reader; `name` stands for it in errors.
+/// Rows from any reader, in `file`'s format; `name` stands for it in errors.
 pub fn read_source(
     input: impl Read + Send + 'static,
-    format: Format,
+    file: &DataFile,
     name: &str,
 ) -> Result<SourceReader> {
-    match format {
-        Format::Csv => csv_rows(input, name),
+    match file.format {
+        Format::Csv => csv_rows(input, file.delimiter, name),
         Format::Jsonl => Ok(SourceReader {
             columns: None,
             rows: Box::new(jsonl_rows(BufReader::new(input), name.to_string())),
@@ -172,8 +172,21 @@ pub fn read_source(
     }
 }
 
-fn csv_rows(input: impl Read + Send + 'static, name: &str) -> Result<SourceReader> {
-    let mut records = CsvRecords::new(BufReader::new(input), b',');
+fn csv_rows(
+    input: impl Read + Send + 'static,
+    delimiter: Option<u8>,
+    name: &str,
+) -> Result<SourceReader> {
+    let mut input = BufReader::with_capacity(SNIFF_BYTES, input);
+    let delimiter = match delimiter {
+        Some(given) => given,
+        None => sniff_delimiter(input.fill_buf().map_err(|e| SourceError::Header {
+            name: name.to_string(),
+            line: None,
+            problem: format!("cannot read it: {e}"),
+        })?),
+    };
+    let mut records = CsvRecords::new(input, delimiter);
     let header_error = |line: Option<u64>, problem: String| SourceError::Header {
         name: name.to_string(),
         line,
@@ -234,6 +247,34 @@ fn csv_rows(input: impl Read + Send + 'static, name: &str) -> Result<SourceReade
         columns: Some(columns),
         rows: Box::new(rows),
     })
+}
+
+/// What the header line is read from when the delimiter is to be told.
+const SNIFF_BYTES: usize = 64 * 1024;
+
+/// The field separator of a CSV whose pipeline file names none, from its
+/// header line: a comma wherever the line has one, else the most frequent
+/// of `;` (spreadsheets where the comma is the decimal mark), tab and `|`
+/// outside quotes, else a comma (a file of one column).
+fn sniff_delimiter(start: &[u8]) -> u8 {
+    let line = start.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut counts = [(b',', 0usize), (b';', 0), (b'\t', 0), (b'|', 0)];
+    let mut quoted = false;
+    for &b in line {
+        if b == b'"' {
+            quoted = !quoted;
+        } else if !quoted && let Some(count) = counts.iter_mut().find(|(d, _)| *d == b) {
+            count.1 += 1;
+        }
+    }
+    if counts[0].1 > 0 {
+        return b',';
+    }
+    counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .max_by_key(|(_, n)| *n)
+        .map_or(b',', |(d, _)| *d)
 }
 
 /// Prefixes a row error with the file and line it comes from.
@@ -339,7 +380,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path: PathBuf = dir.path().join("input");
         std::fs::write(&path, content).unwrap();
-        let reader = open_source(&DataFile { path, format }).unwrap();
+        let reader = open_source(&DataFile {
+            path,
+            format,
+            delimiter: None,
+        })
+        .unwrap();
         let columns = reader.columns.clone();
         (columns, reader.collect())
     }
@@ -363,6 +409,34 @@ mod tests {
             })
             .collect();
         assert_eq!(texts, vec!["two\r\nlines", "plain", "quoted"]);
+    }
+
+    #[test]
+    fn a_csv_delimiter_is_told_from_the_header_line_or_taken_as_given() {
+        assert_eq!(sniff_delimiter(b"id;text\n1;a,b\n"), b';');
+        assert_eq!(sniff_delimiter(b"id\ttext\tlabel"), b'\t');
+        assert_eq!(sniff_delimiter(b"a|b;c|d\n"), b'|');
+        assert_eq!(sniff_delimiter(b"id,text;note\n"), b',', "a comma wins");
+        assert_eq!(sniff_delimiter(b"\"a;b\"\n"), b',', "quoted: one column");
+        assert_eq!(sniff_delimiter(b"text\n"), b',');
+        assert_eq!(sniff_delimiter(b""), b',');
+        let (columns, rows) = read(Format::Csv, b"id;text\n1;\"bad; broken\"\n2;1,5\n");
+        assert_eq!(columns.unwrap(), vec!["id", "text"]);
+        let texts: Vec<_> = rows
+            .iter()
+            .map(|r| r.row.as_ref().unwrap()["text"].clone())
+            .collect();
+        assert_eq!(texts, ["bad; broken", "1,5"]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, "a;b\n1;2\n").unwrap();
+        let given = open_source(&DataFile {
+            path,
+            format: Format::Csv,
+            delimiter: Some(b','),
+        })
+        .unwrap();
+        assert_eq!(given.columns.unwrap(), vec!["a;b"], "as the file says");
     }
 
     #[test]
@@ -401,6 +475,7 @@ mod tests {
         let err = open_source(&DataFile {
             path,
             format: Format::Csv,
+            delimiter: None,
         })
         .err()
         .unwrap();
