@@ -321,7 +321,8 @@ async fn bad_rows_fail_alone_and_the_rest_of_the_run_goes_on() {
     );
     assert_eq!(
         located(1),
-        "source_invalid: in.csv:4: field `text` is not valid UTF-8"
+        "source_invalid: in.csv:4: field `text` is not valid UTF-8 (if the file is in another \
+         encoding, give it as source.encoding, e.g. windows-1252)"
     );
     assert!(
         reason(2).starts_with("llm_call_failed: HTTP 413"),

@@ -76,15 +76,24 @@ async fn sentiment_example_classifies_every_row() {
 }
 
 #[tokio::test]
-async fn a_semicolon_csv_is_read_by_its_header_and_a_sink_writes_the_delimiter_it_is_given() {
+async fn a_semicolon_csv_in_windows_1252_is_read_and_a_sink_writes_the_delimiter_it_is_given() {
     // As spreadsheets save CSV where the comma is the decimal mark.
     let server = TestLlmServer::start(Script::default()).await.unwrap();
     let ws = Workspace::new();
-    ws.write("in.csv", "id;text\n1;\"one; two\"\n2;1,5 kg\n");
-    let yaml = pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS).replace(
-        "  - path: out.csv\n",
-        "  - path: out.csv\n    delimiter: ';'\n",
-    );
+    std::fs::write(
+        ws.path("in.csv"),
+        b"id;text\n1;\"one; two\"\n2;1,5 kg caf\xe9\n",
+    )
+    .unwrap();
+    let yaml = pipeline_with("in.csv", "out.csv", "", "", ECHO_OPTIONS)
+        .replace(
+            "  path: in.csv\n",
+            "  path: in.csv\n  encoding: windows-1252\n",
+        )
+        .replace(
+            "  - path: out.csv\n",
+            "  - path: out.csv\n    delimiter: ';'\n",
+        );
     let pipeline = ws.write("p.yaml", &yaml);
     let validated = weir(&["validate", pipeline.to_str().unwrap()], &[]).await;
     let said = String::from_utf8_lossy(&validated.stdout);
@@ -98,7 +107,10 @@ async fn a_semicolon_csv_is_read_by_its_header_and_a_sink_writes_the_delimiter_i
         .collect();
     assert_eq!(prompts.len(), 2);
     assert!(prompts.contains(&"Q1: one; two".to_string()), "{prompts:?}");
-    assert!(prompts.contains(&"Q2: 1,5 kg".to_string()), "{prompts:?}");
+    assert!(
+        prompts.contains(&"Q2: 1,5 kg café".to_string()),
+        "{prompts:?}"
+    );
     let written = std::fs::read_to_string(ws.path("out.csv")).unwrap();
     assert!(
         written.starts_with("id;text;llm_response\n1;\"one; two\";"),

@@ -105,6 +105,7 @@ mod tests {
             path,
             format,
             delimiter: None,
+            encoding: None,
         }
     }
 
@@ -135,6 +136,7 @@ mod tests {
             path: dir.path().join("missing.csv"),
             format: Format::Csv,
             delimiter: None,
+            encoding: None,
         };
         assert_eq!(rows_in_small_source(&missing), None);
     }

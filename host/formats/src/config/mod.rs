@@ -245,6 +245,8 @@ pub struct DataFile {
     /// A CSV's field separator as the file gives it. None: a sink's is a
     /// comma, a source's is told from its header line.
     pub delimiter: Option<u8>,
+    /// A source's text encoding when it is not UTF-8.
+    pub encoding: Option<&'static encoding_rs::Encoding>,
 }
 
 impl DataFile {
@@ -491,6 +493,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
             &spec.source.delimiter,
             format,
         )?,
+        encoding: encoding_of(&file, &spec.source.encoding)?,
     };
     for (name, endpoint) in &spec.endpoints {
         check_endpoint(&file, name, endpoint)?;
@@ -521,6 +524,7 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
                 &sink.delimiter,
                 format,
             )?,
+            encoding: None,
         });
     }
     let staging = file.staging();
@@ -581,6 +585,7 @@ fn on_error_of(
                 path,
                 format,
                 delimiter,
+                encoding: None,
             });
             Ok(OnError::Quarantine(error_sinks.len() - 1))
         }
@@ -993,6 +998,28 @@ fn delimiter_of(
         ));
     }
     Ok(Some(byte))
+}
+
+/// A source's encoding by its label (`windows-1252`, `latin1`, `utf-16le`,
+/// `shift_jis`, …); none for UTF-8, which is read as it is.
+fn encoding_of(
+    file: &PipelineFile,
+    given: &Option<String>,
+) -> Result<Option<&'static encoding_rs::Encoding>> {
+    let Some(label) = given else {
+        return Ok(None);
+    };
+    match encoding_rs::Encoding::for_label(label.trim().as_bytes()) {
+        Some(encoding) if encoding == encoding_rs::UTF_8 => Ok(None),
+        Some(encoding) => Ok(Some(encoding)),
+        None => Err(file.error_at(
+            &["source", "encoding"],
+            format!(
+                "encoding: `{label}` is not an encoding weir knows; give a label such as utf-8, \
+                 windows-1252, latin1, utf-16le or shift_jis"
+            ),
+        )),
+    }
 }
 
 fn extension(path: &str) -> Option<&str> {

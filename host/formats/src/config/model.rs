@@ -84,6 +84,9 @@ pub struct SourceSpec {
     /// A CSV's field separator; told from the header line when absent.
     #[serde(default)]
     pub delimiter: Option<String>,
+    /// The file's text encoding, by its WHATWG label; UTF-8 when absent.
+    #[serde(default)]
+    pub encoding: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -503,3 +503,30 @@ fn a_csv_delimiter_is_one_character_and_only_for_csv() {
     let err = load_with(&jsonl, &[("KEY", "k")]).unwrap_err().to_string();
     assert!(err.contains("delimiter: only a CSV file has one"), "{err}");
 }
+
+#[test]
+fn a_source_encoding_is_a_known_label_and_utf_8_is_read_as_it_is() {
+    let with = |encoding: &str| {
+        GOOD.replace(
+            "path: in.csv",
+            &format!("path: in.csv\n  encoding: {encoding}"),
+        )
+    };
+    let p = load_with(&with("windows-1252"), &[("KEY", "k")]).unwrap();
+    assert_eq!(p.source.encoding, Some(encoding_rs::WINDOWS_1252));
+    let p = load_with(&with("latin1"), &[("KEY", "k")]).unwrap();
+    assert_eq!(
+        p.source.encoding,
+        Some(encoding_rs::WINDOWS_1252),
+        "as WHATWG maps it"
+    );
+    let p = load_with(&with("UTF-8"), &[("KEY", "k")]).unwrap();
+    assert_eq!(p.source.encoding, None);
+    let err = load_with(&with("klingon"), &[("KEY", "k")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pipeline.yaml:3: encoding: `klingon` is not an encoding weir knows"),
+        "{err}"
+    );
+}

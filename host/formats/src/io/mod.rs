@@ -1,6 +1,7 @@
 //! Row sources and sinks, streamed: neither holds more than a row at a time.
 
 mod csv_records;
+mod decode;
 pub mod sink;
 pub mod source;
 

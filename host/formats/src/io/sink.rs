@@ -311,6 +311,7 @@ mod tests {
             path: path.clone(),
             format: Format::Csv,
             delimiter: None,
+            encoding: None,
         };
         let mut sink = open_sink(
             &file,
@@ -345,6 +346,7 @@ mod tests {
             path: path.clone(),
             format: Format::Csv,
             delimiter: Some(b';'),
+            encoding: None,
         };
         let mut sink = open_sink(&file, Some(vec!["id".into(), "price".into()]), None).unwrap();
         sink.write(&row(json!({"id": "1", "price": "1,5; net"})))
@@ -364,6 +366,7 @@ mod tests {
             path: path.clone(),
             format: Format::Jsonl,
             delimiter: None,
+            encoding: None,
         };
         let mut sink = open_sink(&file, None, None).unwrap();
         sink.write(&row(json!({"b": 1, "a": 2}))).unwrap();
@@ -377,6 +380,7 @@ mod tests {
             path: dir.path().join("gone.jsonl"),
             format: Format::Jsonl,
             delimiter: None,
+            encoding: None,
         };
         let mut sink = open_sink(&other, None, None).unwrap();
         sink.write(&row(json!({"a": 1}))).unwrap();
@@ -393,6 +397,7 @@ mod tests {
             path: path.clone(),
             format: Format::Csv,
             delimiter: None,
+            encoding: None,
         };
         let columns = Some(vec!["id".to_string()]);
         let mut sink = open_sink(&file, columns.clone(), None).unwrap();

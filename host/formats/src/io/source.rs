@@ -2,6 +2,7 @@
 //! error at its line; it never stops the rows after it.
 
 use super::csv_records::CsvRecords;
+use super::decode::Utf8Reader;
 use crate::config::{DataFile, Format};
 use crate::hashing::{ContentHash, HashingReader};
 use crate::types::{Row, RowError};
@@ -163,6 +164,10 @@ pub fn read_source(
     file: &DataFile,
     name: &str,
 ) -> Result<SourceReader> {
+    let input: Box<dyn Read + Send> = match file.encoding {
+        Some(encoding) => Box::new(Utf8Reader::new(input, encoding)),
+        None => Box::new(input),
+    };
     match file.format {
         Format::Csv => csv_rows(input, file.delimiter, name),
         Format::Jsonl => Ok(SourceReader {
@@ -213,7 +218,10 @@ fn csv_rows(
         let Ok(column) = std::str::from_utf8(raw) else {
             return Err(header_error(
                 Some(header.line),
-                format!("column {} of the header is not valid UTF-8", i + 1),
+                format!(
+                    "column {} of the header is not valid UTF-8{OTHER_ENCODING}",
+                    i + 1
+                ),
             ));
         };
         if !seen.insert(column.to_string()) {
@@ -248,6 +256,10 @@ fn csv_rows(
         rows: Box::new(rows),
     })
 }
+
+/// What a text that is not UTF-8 may be, said where it is met.
+const OTHER_ENCODING: &str =
+    " (if the file is in another encoding, give it as source.encoding, e.g. windows-1252)";
 
 /// What the header line is read from when the delimiter is to be told.
 const SNIFF_BYTES: usize = 64 * 1024;
@@ -298,7 +310,7 @@ fn csv_row(columns: &[String], fields: &[Vec<u8>]) -> Result<Row, RowError> {
         let value = std::str::from_utf8(raw).map_err(|_| {
             RowError::new(
                 "source_invalid",
-                format!("field `{column}` is not valid UTF-8"),
+                format!("field `{column}` is not valid UTF-8{OTHER_ENCODING}"),
             )
         })?;
         row.insert(column.clone(), Value::String(value.to_string()));
@@ -341,7 +353,7 @@ fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         RowError::new(
             "source_invalid",
-            format!("the line is not valid UTF-8: {e}"),
+            format!("the line is not valid UTF-8{OTHER_ENCODING}: {e}"),
         )
     })?;
     match serde_json::from_str::<Value>(text) {
@@ -384,6 +396,7 @@ mod tests {
             path,
             format,
             delimiter: None,
+            encoding: None,
         })
         .unwrap();
         let columns = reader.columns.clone();
@@ -434,9 +447,36 @@ mod tests {
             path,
             format: Format::Csv,
             delimiter: Some(b','),
+            encoding: None,
         })
         .unwrap();
         assert_eq!(given.columns.unwrap(), vec!["a;b"], "as the file says");
+    }
+
+    #[test]
+    fn a_source_in_another_encoding_is_read_as_utf_8_and_one_not_given_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.csv");
+        std::fs::write(&path, b"id;text\n1;caf\xe9 cr\xe8me\n").unwrap();
+        let file = |encoding| DataFile {
+            path: path.clone(),
+            format: Format::Csv,
+            delimiter: None,
+            encoding,
+        };
+        let rows: Vec<_> = open_source(&file(Some(encoding_rs::WINDOWS_1252)))
+            .unwrap()
+            .collect();
+        assert_eq!(rows[0].row.as_ref().unwrap()["text"], "café crème");
+        let rows: Vec<_> = open_source(&file(None)).unwrap().collect();
+        let error = rows[0].row.as_ref().unwrap_err();
+        assert!(
+            error.message.ends_with(
+                "field `text` is not valid UTF-8 (if the file is in another encoding, give it \
+                 as source.encoding, e.g. windows-1252)"
+            ),
+            "{error}"
+        );
     }
 
     #[test]
@@ -476,6 +516,7 @@ mod tests {
             path,
             format: Format::Csv,
             delimiter: None,
+            encoding: None,
         })
         .err()
         .unwrap();
