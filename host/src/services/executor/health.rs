@@ -205,7 +205,8 @@ impl Health {
         if matches!(response.status, 404 | 405 | 501) {
             detail.push_str(&format!(" at POST {}", self.url));
         }
-        let body = first_bytes(response.body.trim(), 200);
+        let body = provider_message(&response.body)
+            .unwrap_or_else(|| first_bytes(response.body.trim(), 200));
         if !body.is_empty() {
             detail.push_str(&format!(": {body}"));
         }
@@ -254,6 +255,16 @@ impl Health {
             400 if before_any_success && names_a_missing_model(&response.body) => {
                 Some("no such model")
             }
+            // The model refuses a parameter every request carries (OpenAI's
+            // reasoning models and `max_tokens` or `temperature`).
+            400 if before_any_success
+                && matches!(
+                    retry::error_code(&response.body).as_deref(),
+                    Some("unsupported_parameter" | "unsupported_value")
+                ) =>
+            {
+                Some("the model takes no such parameter or value")
+            }
             _ => None,
         }
     }
@@ -286,6 +297,23 @@ fn names_a_missing_model(body: &str) -> bool {
             && (text.contains("does not exist") || text.contains("not found")))
 }
 
+/// The provider's own words in an error body (`error.message`, as OpenAI,
+/// Azure and Anthropic give it), with its code where it has one: what the
+/// user is to read, rather than the JSON around it.
+fn provider_message(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let error = value.get("error")?;
+    let message = error.get("message")?.as_str()?.trim();
+    if message.is_empty() {
+        return None;
+    }
+    let mut text = first_bytes(message, 400);
+    if let Some(code) = error.get("code").and_then(|c| c.as_str()) {
+        text.push_str(&format!(" ({code})"));
+    }
+    Some(text)
+}
+
 /// The start of a body for a message: at most `limit` bytes, cut at a
 /// character boundary, on one line.
 pub fn first_bytes(body: &str, limit: usize) -> String {
@@ -293,7 +321,14 @@ pub fn first_bytes(body: &str, limit: usize) -> String {
     while !body.is_char_boundary(end) {
         end -= 1;
     }
-    let mut text: String = body[..end].escape_debug().collect();
+    let mut text = String::with_capacity(end);
+    for c in body[..end].chars() {
+        if c.is_control() {
+            text.extend(c.escape_default());
+        } else {
+            text.push(c);
+        }
+    }
     if end < body.len() {
         text.push('…');
     }
@@ -375,7 +410,7 @@ mod tests {
         ))));
         let reason = h.stop().reason().unwrap().to_string();
         assert!(reason.contains("base_url usually ends in /v1"), "{reason}");
-        assert!(reason.ends_with("Not Found\\\"}"), "{reason}");
+        assert!(reason.ends_with(r#": {"detail":"Not Found"}"#), "{reason}");
     }
 
     #[test]
@@ -403,6 +438,33 @@ mod tests {
             "{\"error\":{\"message\":\"The model `gpt-9` does not exist\"}}",
         ))));
         assert!(h.stop().is_aborted());
+    }
+
+    #[test]
+    fn a_parameter_the_model_refuses_before_any_success_stops_the_run() {
+        let unsupported = "{\"error\":{\"message\":\"Unsupported parameter: 'max_tokens' is not \
+                           supported with this model. Use 'max_completion_tokens' instead.\",\
+                           \"type\":\"invalid_request_error\",\"param\":\"max_tokens\",\
+                           \"code\":\"unsupported_parameter\"}}";
+        let h = health(EndpointKind::Openai);
+        h.judge(&Err(CallError::Status(response(400, unsupported))));
+        let reason = h.stop().reason().unwrap().to_string();
+        assert!(h.stop().is_aborted());
+        assert!(
+            reason.contains("HTTP 400 (the model takes no such parameter or value): "),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("Use 'max_completion_tokens' instead."),
+            "{reason}"
+        );
+        let h = health(EndpointKind::Openai);
+        h.succeeded();
+        h.judge(&Err(CallError::Status(response(400, unsupported))));
+        assert!(
+            !h.stop().is_aborted(),
+            "a row's own request, once others passed"
+        );
     }
 
     #[test]

@@ -310,7 +310,7 @@ pub fn out_of_quota(body: &str) -> bool {
     error_code(body).as_deref() == Some("insufficient_quota")
 }
 
-fn error_code(body: &str) -> Option<String> {
+pub fn error_code(body: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(body).ok()?;
     let error = value.get("error")?;
     error
