@@ -329,7 +329,12 @@ fn jsonl_rows(
         loop {
             buffer.clear();
             line_number += 1;
-            let row = match reader.read_until(b'\n', &mut buffer) {
+            let read = reader.read_until(b'\n', &mut buffer);
+            // A byte order mark, as Windows tools write before UTF-8.
+            if line_number == 1 && buffer.starts_with(UTF8_BOM) {
+                buffer.drain(..UTF8_BOM.len());
+            }
+            let row = match read {
                 Ok(0) => return None,
                 Ok(_) if buffer.iter().all(u8::is_ascii_whitespace) => continue,
                 Ok(_) => jsonl_row(&buffer),
@@ -348,6 +353,8 @@ fn jsonl_rows(
         }
     })
 }
+
+const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
 fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
@@ -476,6 +483,21 @@ mod tests {
                  as source.encoding, e.g. windows-1252)"
             ),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_json_lines_file_may_begin_with_a_byte_order_mark() {
+        let (_, rows) = read(Format::Jsonl, b"\xef\xbb\xbf{\"id\":1}\r\n{\"id\":2}\n");
+        let ids: Vec<_> = rows
+            .iter()
+            .map(|r| r.row.as_ref().unwrap()["id"].clone())
+            .collect();
+        assert_eq!(ids, [1, 2]);
+        let (_, rows) = read(Format::Jsonl, b"{\"id\":1}\n\xef\xbb\xbf{\"id\":2}\n");
+        assert!(
+            rows[1].row.is_err(),
+            "only the file's first bytes may be one"
         );
     }
 
