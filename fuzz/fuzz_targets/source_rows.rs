@@ -1,9 +1,11 @@
-//! Any bytes as a CSV or JSON Lines source: every row read is a row or a row
-//! error at a line, never a panic; lines only go forward.
+//! Any bytes as a CSV or JSON Lines source, with its delimiter told from the
+//! header or given, and read as UTF-8 or decoded from Windows-1252 or UTF-16:
+//! every row read is a row or a row error at a line, never a panic; lines
+//! only go forward.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir_formats::config::Format;
+use weir_formats::config::{DataFile, Format};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
@@ -14,8 +16,20 @@ fuzz_target!(|data: &[u8]| {
     } else {
         Format::Jsonl
     };
+    let delimiter = [None, Some(b';'), Some(b'\t')][(selector as usize / 2) % 3];
+    let encoding = [
+        None,
+        Some(encoding_rs::WINDOWS_1252),
+        Some(encoding_rs::UTF_16LE),
+    ][(selector as usize / 6) % 3];
+    let file = DataFile {
+        path: "fuzz".into(),
+        format,
+        delimiter,
+        encoding,
+    };
     let Ok(reader) =
-        weir_formats::io::read_source(std::io::Cursor::new(body.to_vec()), format, "fuzz")
+        weir_formats::io::read_source(std::io::Cursor::new(body.to_vec()), &file, "fuzz")
     else {
         return;
     };
