@@ -481,7 +481,7 @@ pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
+fn resolve(file: PipelineFile, mut spec: PipelineSpec) -> Result<Pipeline> {
     let format = format_of(&file, &["source"], &spec.source.path, spec.source.format)?;
     let source = DataFile {
         path: existing_file(&file, &["source", "path"], &spec.source.path, "source")?,
@@ -497,6 +497,13 @@ fn resolve(file: PipelineFile, spec: PipelineSpec) -> Result<Pipeline> {
     };
     for (name, endpoint) in &spec.endpoints {
         check_endpoint(&file, name, endpoint)?;
+    }
+    for endpoint in spec.endpoints.values_mut() {
+        if endpoint.kind == EndpointKind::Anthropic
+            && let Some(url) = &mut endpoint.base_url
+        {
+            *url = anthropic_root(url).to_string();
+        }
     }
     let mut error_sinks = Vec::new();
     let source_on_error = match &spec.on_error {
@@ -918,6 +925,17 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
             format!("endpoint `{name}`: base_url must start with http:// or https://, got `{url}`"),
         ));
     }
+    if let Some(url) = &e.base_url
+        && let Some((path, base)) = path_weir_adds(e.kind, url)
+    {
+        return Err(at(
+            "base_url",
+            format!(
+                "endpoint `{name}`: base_url holds the path weir adds to it ({path}); give the \
+                 API's base without it: {base}"
+            ),
+        ));
+    }
     match e.kind {
         EndpointKind::Openai | EndpointKind::Anthropic => {}
         EndpointKind::AzureOpenai => {
@@ -945,6 +963,32 @@ fn check_endpoint(file: &PipelineFile, name: &str, e: &EndpointSpec) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The request path an endpoint of `kind` puts after its base_url, when
+/// `url` already holds it (a URL copied whole from a provider's docs), and
+/// the base to give instead.
+fn path_weir_adds(kind: EndpointKind, url: &str) -> Option<(&'static str, String)> {
+    let url = url.trim_end_matches('/');
+    match kind {
+        EndpointKind::Openai => url
+            .strip_suffix("/chat/completions")
+            .map(|base| ("/chat/completions", base.to_string())),
+        EndpointKind::Anthropic => url
+            .strip_suffix("/messages")
+            .map(|base| ("/messages", anthropic_root(base).to_string())),
+        EndpointKind::AzureOpenai => url
+            .find("/openai/deployments")
+            .map(|at| ("/openai/deployments/…", url[..at].to_string())),
+        EndpointKind::Http => None,
+    }
+}
+
+/// An Anthropic base_url given with its version (`…/v1`, as OpenAI's bases
+/// are): weir adds `/v1/messages` to the host's root, so the version goes.
+fn anthropic_root(url: &str) -> &str {
+    let url = url.trim_end_matches('/');
+    url.strip_suffix("/v1").unwrap_or(url)
 }
 
 fn existing_file(file: &PipelineFile, key: &[&str], relative: &str, what: &str) -> Result<PathBuf> {

@@ -530,3 +530,61 @@ fn a_source_encoding_is_a_known_label_and_utf_8_is_read_as_it_is() {
         "{err}"
     );
 }
+
+#[test]
+fn a_base_url_holding_the_path_weir_adds_is_refused_and_an_anthropic_version_dropped() {
+    let with = |kind: &str, url: &str| {
+        GOOD.replace(
+            "    api_key: ${KEY}",
+            &format!("    kind: {kind}\n    base_url: {url}\n    api_key: ${{KEY}}\n    deployment: d\n    api_version: v"),
+        )
+    };
+    for (kind, url, base) in [
+        (
+            "openai",
+            "https://api.openai.com/v1/chat/completions",
+            "https://api.openai.com/v1",
+        ),
+        (
+            "openai",
+            "http://127.0.0.1:8000/v1/chat/completions/",
+            "http://127.0.0.1:8000/v1",
+        ),
+        (
+            "anthropic",
+            "https://api.anthropic.com/v1/messages",
+            "https://api.anthropic.com",
+        ),
+        (
+            "azure-openai",
+            "https://x.openai.azure.com/openai/deployments/gpt/chat/completions",
+            "https://x.openai.azure.com",
+        ),
+    ] {
+        let err = load_with(&with(kind, url), &[("KEY", "k")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pipeline.yaml:6: endpoint `llm`: base_url holds the path weir adds"),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(&format!("give the API's base without it: {base}")),
+            "{err}"
+        );
+    }
+    let p = load_with(
+        &with("anthropic", "https://api.anthropic.com/v1/"),
+        &[("KEY", "k")],
+    )
+    .unwrap();
+    assert_eq!(
+        p.endpoints["llm"].base_url.as_deref(),
+        Some("https://api.anthropic.com")
+    );
+    let p = load_with(&with("openai", "http://127.0.0.1:8000/v1"), &[("KEY", "k")]).unwrap();
+    assert_eq!(
+        p.endpoints["llm"].base_url.as_deref(),
+        Some("http://127.0.0.1:8000/v1")
+    );
+}
