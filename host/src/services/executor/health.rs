@@ -268,9 +268,7 @@ impl Health {
             _ => None,
         }
     }
-}
 
-impl Health {
     /// Whether the request's path has a version segment (`/v1`, `/v1beta`),
     /// as the OpenAI-compatible servers' paths do.
     fn names_v1(&self) -> bool {
