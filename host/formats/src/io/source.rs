@@ -356,6 +356,50 @@ fn jsonl_rows(
 
 const UTF8_BOM: &[u8] = b"\xef\xbb\xbf";
 
+/// The first integer of a line of valid JSON that no 64-bit integer holds
+/// (an id of 20 digits and more), which a JSON number would turn into a
+/// float and so into another number, silently.
+fn integer_beyond_64_bits(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            match b {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i + 1 < bytes.len()
+                    && matches!(bytes[i + 1], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let number = &text[start..=i];
+                let integer = !number.contains(['.', 'e', 'E']);
+                if integer
+                    && number.len() >= 20
+                    && number.parse::<i64>().is_err()
+                    && number.parse::<u64>().is_err()
+                {
+                    return Some(number);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         RowError::new(
@@ -364,6 +408,15 @@ fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
         )
     })?;
     match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(_)) if let Some(number) = integer_beyond_64_bits(text) => {
+            Err(RowError::new(
+                "source_invalid",
+                format!(
+                    "the integer {number} is beyond 64 bits, and weir would keep only its \
+                     nearest float; write it as a string (\"{number}\")"
+                ),
+            ))
+        }
         Ok(Value::Object(row)) => Ok(row),
         Ok(other) => Err(RowError::new(
             "source_invalid",
@@ -484,6 +537,29 @@ mod tests {
             ),
             "{error}"
         );
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_fails_its_row_rather_than_change() {
+        let (_, rows) = read(
+            Format::Jsonl,
+            b"{\"id\":12345678901234567890123,\"t\":\"a\"}\n\
+              {\"id\":18446744073709551615,\"n\":-9223372036854775808,\"f\":1.2345678901234567890123e5}\n\
+              {\"id\":\"12345678901234567890123\",\"t\":\"12345678901234567890123 \\\" 99999999999999999999\"}\n\
+              {\"a\":[1,-18446744073709551616]}\n",
+        );
+        let error = rows[0].row.as_ref().unwrap_err();
+        assert!(
+            error.message.ends_with(
+                "the integer 12345678901234567890123 is beyond 64 bits, and weir would keep only \
+                 its nearest float; write it as a string (\"12345678901234567890123\")"
+            ),
+            "{error}"
+        );
+        assert!(rows[1].row.is_ok(), "u64, i64 and a float as written");
+        assert!(rows[2].row.is_ok(), "strings, with a quote escaped");
+        let error = rows[3].row.as_ref().unwrap_err();
+        assert!(error.message.contains("-18446744073709551616"), "{error}");
     }
 
     #[test]
