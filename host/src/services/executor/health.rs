@@ -312,22 +312,11 @@ fn provider_message(body: &str) -> Option<String> {
     Some(text)
 }
 
-/// The start of a body for a message: at most `limit` bytes, cut at a
-/// character boundary, on one line.
-pub fn first_bytes(body: &str, limit: usize) -> String {
-    let mut end = body.len().min(limit);
-    while !body.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut text = String::with_capacity(end);
-    for c in body[..end].chars() {
-        if c.is_control() {
-            text.extend(c.escape_default());
-        } else {
-            text.push(c);
-        }
-    }
-    if end < body.len() {
+/// The start of a body for a message: at most `limit` bytes, on one line,
+/// `…` where it goes on.
+fn first_bytes(body: &str, limit: usize) -> String {
+    let (mut text, cut) = retry::escaped_start(body, limit);
+    if cut {
         text.push('…');
     }
     text

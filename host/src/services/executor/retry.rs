@@ -278,30 +278,33 @@ fn is_json(body: &str) -> bool {
 /// How many bytes of a body an error message quotes.
 const BODY_START_BYTES: usize = 200;
 
-/// The first 200 bytes of a body for an error message: cut at a character
-/// boundary, control characters escaped so a quoted body cannot break a
-/// log line or drive a terminal.
+/// The first 200 bytes of a body for an error message, quoted (see
+/// [`escaped_start`]); an empty body is said to be one.
 pub fn body_start(body: &str) -> String {
     if body.is_empty() {
         return "an empty body".to_string();
     }
-    let mut cut = body.len().min(BODY_START_BYTES);
-    while !body.is_char_boundary(cut) {
-        cut -= 1;
+    let (text, cut) = escaped_start(body, BODY_START_BYTES);
+    format!("`{text}`{}", if cut { "…" } else { "" })
+}
+
+/// The first `limit` bytes of `text` for a message, and whether it goes on
+/// beyond them: cut at a character boundary, control characters escaped so
+/// a quoted body cannot break a log line or drive a terminal.
+pub fn escaped_start(text: &str, limit: usize) -> (String, bool) {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
     }
-    let mut quoted = String::from("`");
-    for c in body[..cut].chars() {
+    let mut escaped = String::with_capacity(end);
+    for c in text[..end].chars() {
         if c.is_control() {
-            quoted.extend(c.escape_default());
+            escaped.extend(c.escape_default());
         } else {
-            quoted.push(c);
+            escaped.push(c);
         }
     }
-    quoted.push('`');
-    if cut < body.len() {
-        quoted.push('…');
-    }
-    quoted
+    (escaped, end < text.len())
 }
 
 /// A 429 that says the account has no quota or credit left (OpenAI's and
