@@ -94,7 +94,7 @@ pub async fn validate(pipeline: &Pipeline) -> Result<Validated> {
     let prepared = setup::prepare(pipeline, None, &RunControls::unlimited()).await?;
     columns::through_nodes(&pipeline.file, source.columns.clone(), &prepared.nodes)?;
     Ok(Validated {
-        columns: source.columns.clone(),
+        columns: source.columns,
         nodes: prepared
             .nodes
             .iter()
