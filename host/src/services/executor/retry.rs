@@ -242,8 +242,7 @@ fn error_instead_of_answer(body: &str) -> Option<ErrorCode> {
     {
         return None;
     }
-    let code = error.get("code").or_else(|| error.get("type"));
-    Some(match code {
+    Some(match code_of(error) {
         Some(serde_json::Value::Number(n)) => n
             .as_u64()
             .and_then(|n| u16::try_from(n).ok())
@@ -313,14 +312,22 @@ pub fn out_of_quota(body: &str) -> bool {
     error_code(body).as_deref() == Some("insufficient_quota")
 }
 
+/// The code a body's error object gives, as text (see [`code_of`]).
 pub fn error_code(body: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(body).ok()?;
-    let error = value.get("error")?;
-    error
-        .get("code")
-        .or_else(|| error.get("type"))
+    code_of(value.get("error")?)
         .and_then(|c| c.as_str())
         .map(str::to_string)
+}
+
+/// An error object's `code`, or its `type` where the code is absent or
+/// null: OpenAI gives `"code": null` beside a `type` for many errors
+/// (`invalid_request_error`, `server_error`).
+fn code_of(error: &serde_json::Value) -> Option<&serde_json::Value> {
+    ["code", "type"]
+        .into_iter()
+        .filter_map(|field| error.get(field))
+        .find(|value| !value.is_null())
 }
 
 /// The wait the answer's headers ask for (`retry-after-ms`, `Retry-After`),
@@ -420,6 +427,15 @@ mod tests {
             openai(200, &none, r#"{"error":"something broke"}"#),
             Verdict::Transient
         );
+        // OpenAI's own errors name themselves by `type` beside a null code.
+        assert_eq!(
+            openai(
+                200,
+                &none,
+                r#"{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}"#
+            ),
+            Verdict::Fatal
+        );
         assert_eq!(
             classify_answer(
                 EndpointKind::Anthropic,
@@ -476,6 +492,11 @@ mod tests {
         let body = r#"{"error":{"message":"You exceeded your current quota","code":"insufficient_quota"}}"#;
         assert_eq!(
             classify_status(429, &HeaderMap::new(), body, true),
+            Verdict::Fatal
+        );
+        let typed = r#"{"error":{"message":"quota","type":"insufficient_quota","code":null}}"#;
+        assert_eq!(
+            classify_status(429, &HeaderMap::new(), typed, true),
             Verdict::Fatal
         );
         let body = r#"{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}"#;
