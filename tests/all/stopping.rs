@@ -47,9 +47,17 @@ async fn a_dead_endpoint_stops_the_run_within_abort_after_and_a_resume_finishes_
     assert!(
         message
             .contains("stopped  endpoint `llm` is down: its circuit breaker has been open for 3 s")
-            && message.contains("Connection refused"),
+            && message.contains(&format!(
+                "connection refused at 127.0.0.1:{port}: nothing listens there"
+            )),
         "{message}"
     );
+    // The breaker's probes every half second are not each warned of.
+    let warnings = message
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("circuit breaker"))
+        .count();
+    assert_eq!(warnings, 1, "{message}");
     assert!(
         message.contains(&format!("weir run {} --resume", p.display())),
         "{message}"

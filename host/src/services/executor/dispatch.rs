@@ -236,6 +236,21 @@ fn unresolved(err: &reqwest::Error) -> bool {
     why.is_some_and(|why| !why.contains("temporar") && !why.contains("try again"))
 }
 
+/// The host and port that refused `err`'s connection, if that is its cause.
+fn refused_at(err: &reqwest::Error) -> Option<String> {
+    let refused = causes(err).any(|error| {
+        error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    });
+    let url = err.url().filter(|_| refused && err.is_connect())?;
+    Some(format!(
+        "{}:{}",
+        url.host_str()?,
+        url.port_or_known_default()?
+    ))
+}
+
 /// `err` and the errors it was caused by, outermost first.
 fn causes(err: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     std::iter::successors(Some(err as &(dyn std::error::Error + 'static)), |error| {
@@ -261,6 +276,12 @@ fn describe_transport(err: &reqwest::Error, timeout: Duration) -> String {
         return format!(
             "no answer within {} s (request_timeout_seconds)",
             timeout.as_secs_f64()
+        );
+    }
+    if let Some(at) = refused_at(err) {
+        return format!(
+            "connection refused at {at}: nothing listens there (is the server running, and \
+             is the port in base_url right?)"
         );
     }
     let mut text = err.to_string();

@@ -24,6 +24,7 @@ mod dispatch;
 mod health;
 mod learned;
 mod limiter;
+mod outage_log;
 mod pacing;
 mod queue_wait;
 mod rate;
@@ -63,6 +64,7 @@ use connections::Clients;
 use dispatch::Dispatch;
 use health::Health;
 use limiter::Limiter;
+use outage_log::OutageLog;
 use rate::RateLimits;
 use secrets::Secrets;
 use std::collections::BTreeMap;
@@ -196,6 +198,7 @@ pub struct Endpoint {
     stats: stats::Stats,
     throttled: WaitClock,
     health: Health,
+    outage_log: OutageLog,
     budget: Arc<Budget>,
     cache: Option<Arc<ResponseCache>>,
     audit: Option<Arc<AuditLog>>,
@@ -271,6 +274,7 @@ impl Endpoint {
                 Duration::from_secs_f64(spec.abort_after_seconds),
                 Arc::clone(&controls.stop),
             ),
+            outage_log: OutageLog::new(Duration::from_secs_f64(spec.abort_after_seconds)),
             budget: Arc::clone(&controls.budget),
             cache: controls.caches.get(name).cloned(),
             audit,
@@ -487,12 +491,13 @@ impl Endpoint {
     /// Logs and audits a change of the circuit breaker.
     fn report(&self, transition: Transition) {
         self.health.breaker_changed(&transition);
-        tracing::warn!(
-            endpoint = %self.name,
-            "circuit breaker {}: {}",
-            transition.to.name(),
-            transition.reason
-        );
+        let (state, name) = (transition.to.name(), &self.name);
+        match self.outage_log.warning(&transition) {
+            Some(text) => tracing::warn!(endpoint = %name, "circuit breaker {state}: {text}"),
+            None => {
+                tracing::info!(endpoint = %name, "circuit breaker {state}: {}", transition.reason)
+            }
+        }
         if let Some(audit) = &self.audit {
             audit.record(Record::EndpointEvent(EndpointEventRecord {
                 endpoint: self.name.clone(),
