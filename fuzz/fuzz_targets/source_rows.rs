@@ -1,4 +1,4 @@
-//! Any bytes as a CSV or JSON Lines source, with its delimiter told from the
+//! Any bytes as a CSV, JSON Lines or JSON source (an array, or lines), with its delimiter told from the
 //! header or given, and read as UTF-8 or decoded from Windows-1252 or UTF-16:
 //! every row read is a row or a row error at a line, never a panic; lines
 //! only go forward.
@@ -11,17 +11,13 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
         return;
     };
-    let format = if selector % 2 == 0 {
-        Format::Csv
-    } else {
-        Format::Jsonl
-    };
-    let delimiter = [None, Some(b';'), Some(b'\t')][(selector as usize / 2) % 3];
+    let format = [Format::Csv, Format::Jsonl, Format::Json][selector as usize % 3];
+    let delimiter = [None, Some(b';'), Some(b'\t')][(selector as usize / 3) % 3];
     let encoding = [
         None,
         Some(encoding_rs::WINDOWS_1252),
         Some(encoding_rs::UTF_16LE),
-    ][(selector as usize / 6) % 3];
+    ][(selector as usize / 9) % 3];
     let file = DataFile {
         path: "fuzz".into(),
         format,

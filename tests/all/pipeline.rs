@@ -119,6 +119,48 @@ async fn a_semicolon_csv_in_windows_1252_is_read_and_a_sink_writes_the_delimiter
 }
 
 #[tokio::test]
+async fn a_json_array_source_streams_its_elements_and_one_cut_short_is_refused_at_its_line() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    let array = "[\n  {\"id\": 1, \"text\": \"one, ]\"},\n  {\"id\": 2,\n   \"text\": \"two\"},\n  {\"id\": 3, \"text\": \"three\", \"tags\": [\"a\"]}\n]\n";
+    ws.write("in.json", array);
+    let pipeline = ws.write(
+        "p.yaml",
+        &pipeline_with("in.json", "out.jsonl", "", "", ECHO_OPTIONS),
+    );
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let written = std::fs::read_to_string(ws.path("out.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = written
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<i64> = rows.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    assert_eq!(rows[2]["tags"], serde_json::json!(["a"]));
+    let prompts: Vec<String> = server
+        .served()
+        .iter()
+        .map(|s| s.user_message.clone())
+        .collect();
+    assert!(prompts.contains(&"Q1: one, ]".to_string()), "{prompts:?}");
+
+    ws.write("in.json", &array[..array.len() - 30]);
+    let sent = server.served().len();
+    let out = run_with_key(&pipeline, &server.base_url()).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(
+            "in.json:5: the file ends inside the element that begins here; the rest of the \
+             file cannot be read as rows"
+        ),
+        "{message}"
+    );
+    assert_eq!(server.served().len(), sent, "no request was sent");
+}
+
+#[tokio::test]
 async fn each_row_gets_its_own_answer_despite_injected_429s() {
     let server = TestLlmServer::start(Script {
         latency: Duration::from_millis(2),

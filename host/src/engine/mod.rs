@@ -261,7 +261,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     for sink in &pipeline.sinks {
         let cols = match sink.format {
             Format::Csv => columns.clone(),
-            Format::Jsonl => None,
+            Format::Jsonl | Format::Json => None,
         };
         sinks.push(io::open_sink(sink, cols, resume_at(&sink.path))?);
     }
@@ -272,7 +272,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
                 columns.extend(quarantine::FIELDS.iter().map(|f| f.to_string()));
                 columns
             }),
-            Format::Jsonl => None,
+            Format::Jsonl | Format::Json => None,
         };
         error_sinks.push(io::open_sink(sink, cols, resume_at(&sink.path))?);
     }

@@ -38,10 +38,10 @@ pub fn count(
     if let Some(total) = counted {
         known(&rows, progress, total);
     } else if wanted && source.is_regular_file() {
-        let (path, format) = (source.path.clone(), source.format);
+        let source = source.clone();
         let (rows, progress) = (Arc::clone(&rows), progress.clone());
         std::thread::spawn(move || {
-            if let Some(total) = count_rows(&path, format) {
+            if let Some(total) = count_rows(&source) {
                 known(&rows, &progress, total);
             }
         });
@@ -60,13 +60,13 @@ pub fn rows_in_small_source(source: &DataFile) -> Option<u64> {
     if !metadata.is_file() || metadata.len() > SMALL_SOURCE_BYTES {
         return None;
     }
-    count_rows(&source.path, source.format)
+    count_rows(source)
 }
 
 /// The data rows in a source file.
-fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
-    let file = std::fs::File::open(path).ok()?;
-    match format {
+fn count_rows(source: &DataFile) -> Option<u64> {
+    let file = std::fs::File::open(&source.path).ok()?;
+    match source.format {
         Format::Csv => {
             let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
             let mut record = csv::ByteRecord::new();
@@ -85,6 +85,8 @@ fn count_rows(path: &std::path::Path, format: Format) -> Option<u64> {
             }
             Some(count)
         }
+        // An array's elements are told apart only by reading them.
+        Format::Json => Some(crate::io::open_source(source).ok()?.count() as u64),
     }
 }
 

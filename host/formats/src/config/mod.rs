@@ -238,7 +238,7 @@ pub enum OnError {
     Quarantine(usize),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DataFile {
     pub path: PathBuf,
     pub format: Format,
@@ -482,7 +482,7 @@ pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn resolve(file: PipelineFile, mut spec: PipelineSpec) -> Result<Pipeline> {
-    let format = format_of(&file, &["source"], &spec.source.path, spec.source.format)?;
+    let format = source_format(&file, &spec.source.path, spec.source.format)?;
     let source = DataFile {
         path: existing_file(&file, &["source", "path"], &spec.source.path, "source")?,
         format,
@@ -1070,21 +1070,44 @@ fn extension(path: &str) -> Option<&str> {
     Path::new(path).extension().and_then(|e| e.to_str())
 }
 
+/// A source's format: a sink's, or `json`.
+fn source_format(file: &PipelineFile, path: &str, given: Option<Format>) -> Result<Format> {
+    match (given, extension(path)) {
+        (Some(format), _) => Ok(format),
+        (None, Some("json")) => Ok(Format::Json),
+        (None, _) => format_of(file, &["source"], path, None),
+    }
+}
+
+/// A sink's format, given or told by its extension. A sink writes a row as
+/// soon as it is done, so that a run stopped half-way keeps them and a
+/// resume appends to them: JSON Lines, not one array.
 fn format_of(
     file: &PipelineFile,
     key: &[&str],
     path: &str,
     given: Option<Format>,
 ) -> Result<Format> {
-    if let Some(format) = given {
-        return Ok(format);
-    }
-    match extension(path) {
-        Some("csv" | "tsv") => Ok(Format::Csv),
-        Some("jsonl") | Some("ndjson") => Ok(Format::Jsonl),
-        _ => Err(file.error_at(
+    const LINES: &str = "a sink writes CSV or JSON Lines (one object a line, what `.json` \
+                         tools such as pandas read with lines=True)";
+    match (given, extension(path)) {
+        (Some(Format::Json), _) => Err(file.error_at(
+            &[key, &["format"]].concat(),
+            format!("format: json is for a source; {LINES}: give `format: jsonl`"),
+        )),
+        (Some(format), _) => Ok(format),
+        (None, Some("csv" | "tsv")) => Ok(Format::Csv),
+        (None, Some("jsonl" | "ndjson")) => Ok(Format::Jsonl),
+        (None, Some("json")) => Err(file.error_at(
             key,
-            format!("cannot tell the format of `{path}` from its extension (.csv, .tsv, .jsonl); add `format: csv` or `format: jsonl`"),
+            format!("`{path}`: {LINES}; name it .jsonl, or add `format: jsonl`"),
+        )),
+        (None, _) => Err(file.error_at(
+            key,
+            format!(
+                "cannot tell the format of `{path}` from its extension (.csv, .tsv, .jsonl, \
+                 and .json for a source); add `format: csv` or `format: jsonl`"
+            ),
         )),
     }
 }

@@ -71,6 +71,9 @@ impl Default for CacheSpec {
 pub enum Format {
     Csv,
     Jsonl,
+    /// A source's `.json`: one JSON array of objects, or JSON Lines under
+    /// that name (as many datasets are published), told by its first byte.
+    Json,
 }
 
 #[derive(Debug, Deserialize)]

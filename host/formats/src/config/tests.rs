@@ -588,3 +588,26 @@ fn a_base_url_holding_the_path_weir_adds_is_refused_and_an_anthropic_version_dro
         Some("http://127.0.0.1:8000/v1")
     );
 }
+
+#[test]
+fn json_is_a_sources_format_and_a_sink_is_told_to_write_json_lines() {
+    let source = GOOD.replace("path: in.csv", "path: in.csv\n  format: json");
+    let p = load_with(&source, &[("KEY", "k")]).unwrap();
+    assert_eq!(p.source.format, Format::Json);
+    let sink = GOOD.replace("out/result.jsonl", "out/result.json");
+    let err = load_with(&sink, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(
+        err.contains("pipeline.yaml:15: `out/result.json`: a sink writes CSV or JSON Lines")
+            && err.contains("name it .jsonl, or add `format: jsonl`"),
+        "{err}"
+    );
+    let given = GOOD.replace(
+        "  - path: out/result.jsonl",
+        "  - path: out/result.jsonl\n    format: json",
+    );
+    let err = load_with(&given, &[("KEY", "k")]).unwrap_err().to_string();
+    assert!(
+        err.contains("pipeline.yaml:16: format: json is for a source"),
+        "{err}"
+    );
+}

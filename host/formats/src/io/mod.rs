@@ -2,6 +2,7 @@
 
 mod csv_records;
 mod decode;
+mod json_array;
 pub mod sink;
 pub mod source;
 

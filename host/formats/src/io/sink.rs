@@ -110,7 +110,8 @@ pub fn open_sink(
             header_written: resumed,
             warned_extra: false,
         }),
-        Format::Jsonl => Box::new(JsonlSink {
+        // The pipeline file gives no sink `json` (see `config::format_of`).
+        Format::Jsonl | Format::Json => Box::new(JsonlSink {
             writer: BufWriter::with_capacity(BUFFER, handle),
             place,
         }),

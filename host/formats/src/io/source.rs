@@ -1,8 +1,10 @@
-//! Readers for CSV (with a header row) and JSON Lines. A bad row becomes a row
-//! error at its line; it never stops the rows after it.
+//! Readers for CSV (with a header row), JSON Lines and JSON arrays. A bad row
+//! becomes a row error at its line; it never stops the rows after it, save
+//! where a JSON array's shape breaks (a missing `,`, a file cut short).
 
 use super::csv_records::CsvRecords;
 use super::decode::Utf8Reader;
+use super::json_array::ArrayElements;
 use crate::config::{DataFile, Format};
 use crate::hashing::{ContentHash, HashingReader};
 use crate::types::{Row, RowError};
@@ -174,7 +176,60 @@ pub fn read_source(
             columns: None,
             rows: Box::new(jsonl_rows(BufReader::new(input), name.to_string())),
         }),
+        Format::Json => json_rows(BufReader::new(input), name),
     }
+}
+
+/// A `.json` source: an array of objects when its first byte (after a byte
+/// order mark and white space) is `[`, else JSON Lines.
+fn json_rows(mut input: BufReader<Box<dyn Read + Send>>, name: &str) -> Result<SourceReader> {
+    let start = input.fill_buf().map_err(|e| SourceError::Header {
+        name: name.to_string(),
+        line: None,
+        problem: format!("cannot read it: {e}"),
+    })?;
+    let bom = if start.starts_with(UTF8_BOM) {
+        UTF8_BOM.len()
+    } else {
+        0
+    };
+    let first = start[bom..].iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'[') {
+        return Ok(SourceReader {
+            columns: None,
+            rows: Box::new(jsonl_rows(input, name.to_string())),
+        });
+    }
+    input.consume(bom);
+    let mut elements = ArrayElements::new(input);
+    let name = name.to_string();
+    let mut index = 0u64;
+    let rows = std::iter::from_fn(move || {
+        let (line, row) = match elements.next_element()? {
+            Ok(element) => (element.line, json_row(&element.bytes, Unit::Element)),
+            Err(broken) => (
+                broken.line,
+                Err(RowError::new(
+                    "source_invalid",
+                    format!(
+                        "{}; the rest of the file cannot be read as rows",
+                        broken.problem
+                    ),
+                )),
+            ),
+        };
+        let item = SourceRow {
+            index,
+            line,
+            row: row.map_err(|e| located(&name, line, e)),
+        };
+        index += 1;
+        Some(item)
+    });
+    Ok(SourceReader {
+        columns: None,
+        rows: Box::new(rows),
+    })
 }
 
 fn csv_rows(
@@ -337,7 +392,7 @@ fn jsonl_rows(
             let row = match read {
                 Ok(0) => return None,
                 Ok(_) if buffer.iter().all(u8::is_ascii_whitespace) => continue,
-                Ok(_) => jsonl_row(&buffer),
+                Ok(_) => json_row(&buffer, Unit::Line),
                 Err(e) => Err(RowError::new(
                     "source_invalid",
                     format!("cannot read the line: {e}"),
@@ -400,11 +455,30 @@ fn integer_beyond_64_bits(text: &str) -> Option<&str> {
     None
 }
 
-fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
+/// What holds one row: a line of JSON Lines, an element of an array.
+#[derive(Clone, Copy)]
+enum Unit {
+    Line,
+    Element,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Line => "line",
+            Unit::Element => "element",
+        }
+    }
+}
+
+fn json_row(bytes: &[u8], unit: Unit) -> Result<Row, RowError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         RowError::new(
             "source_invalid",
-            format!("the line is not valid UTF-8{OTHER_ENCODING}: {e}"),
+            format!(
+                "the {} is not valid UTF-8{OTHER_ENCODING}: {e}",
+                unit.name()
+            ),
         )
     })?;
     match serde_json::from_str::<Value>(text) {
@@ -421,7 +495,8 @@ fn jsonl_row(bytes: &[u8]) -> Result<Row, RowError> {
         Ok(other) => Err(RowError::new(
             "source_invalid",
             format!(
-                "each line must be a JSON object, found {}",
+                "each {} must be a JSON object, found {}",
+                unit.name(),
                 json_kind(&other)
             ),
         )),
@@ -619,6 +694,48 @@ mod tests {
         .err()
         .unwrap();
         assert!(err.to_string().contains("names column `a` twice"), "{err}");
+    }
+
+    #[test]
+    fn a_json_array_gives_a_row_an_element_at_the_line_it_begins_on() {
+        let text = b"\xef\xbb\xbf[\n  {\"id\": 1, \"text\": \"a\"},\n  {\"id\": 2,\n   \"text\": \"b\"},\n  [3],\n  {\"id\": 4}\n]\n";
+        let (columns, rows) = read(Format::Json, text);
+        assert!(columns.is_none());
+        let lines: Vec<u64> = rows.iter().map(|r| r.line).collect();
+        assert_eq!(lines, [2, 3, 5, 6]);
+        assert_eq!(rows[1].row.as_ref().unwrap()["text"], "b");
+        let error = &rows[2].row.as_ref().unwrap_err().message;
+        assert!(
+            error.ends_with(":5: each element must be a JSON object, found an array"),
+            "{error}"
+        );
+        assert_eq!(rows[3].row.as_ref().unwrap()["id"], 4);
+        assert_eq!(rows[3].index, 3);
+    }
+
+    #[test]
+    fn a_json_file_of_lines_is_read_as_json_lines() {
+        let (_, rows) = read(Format::Json, b"{\"id\": 1}\n{\"id\": 2}\n");
+        let ids: Vec<i64> = rows
+            .iter()
+            .map(|r| r.row.as_ref().unwrap()["id"].as_i64().unwrap())
+            .collect();
+        assert_eq!(ids, [1, 2]);
+    }
+
+    #[test]
+    fn a_json_array_cut_short_fails_where_it_breaks_after_its_whole_rows() {
+        let (_, rows) = read(Format::Json, b"[{\"id\": 1},\n{\"id\": 2},\n{\"id\"");
+        assert_eq!(rows.len(), 3);
+        assert!(rows[..2].iter().all(|r| r.row.is_ok()));
+        let error = &rows[2].row.as_ref().unwrap_err().message;
+        assert!(
+            error.ends_with(
+                ":3: the file ends inside the element that begins here; the rest of the file \
+                 cannot be read as rows"
+            ),
+            "{error}"
+        );
     }
 
     #[test]
