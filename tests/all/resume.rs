@@ -602,6 +602,7 @@ async fn a_run_an_older_weir_recorded_with_relative_paths_resumes_from_its_direc
          DROP TABLE provider_batches;
          DROP TABLE batch_requests;
          DROP TABLE learned_limits;
+         ALTER TABLE runs DROP COLUMN shards_at_once;
          PRAGMA user_version = 4;",
     )
     .unwrap();

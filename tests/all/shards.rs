@@ -185,6 +185,7 @@ async fn a_shards_run_resumed_by_its_number_carries_on_as_that_shard() {
     let ws = Workspace::new();
     let p = sharded_pipeline(&ws);
     let mut shard = shard_command(&p, &server.base_url(), "1/4")
+        .args(["--shards-at-once", "2"])
         .spawn()
         .unwrap();
     while server.served().len() < 30 {
@@ -225,6 +226,14 @@ async fn a_shards_run_resumed_by_its_number_carries_on_as_that_shard() {
         asked.iter().all(|row| (100..200).contains(row)),
         "{asked:?}"
     );
+    // With the share of the rate limits its scheduler gave it.
+    let recorded: (String, Option<u32>) = rusqlite::Connection::open(&audit)
+        .unwrap()
+        .query_row("SELECT shard, shards_at_once FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(recorded, ("1/4".to_string(), Some(2)));
 }
 
 /// Runs shard `shard` of `p`, with `more` arguments, to the end: the

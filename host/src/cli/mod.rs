@@ -462,13 +462,12 @@ async fn execute(command: Command) -> Result<ExitCode> {
             let mut pipeline = config::load(&pipeline_path)?;
             storage::fetch(&pipeline.staging, &pipeline.source.path).await?;
             // A shard's run carries on as that shard: its part of the rows,
-            // its part files and its share of the rate limits, that of one of
-            // all N shards (`weir run --shard I/N --resume --shards-at-once K`
-            // gives a larger one). A merged run is recorded as `merged N`, no
-            // shard.
+            // its part files and its share of the rate limits, as its
+            // `--shards-at-once` set it. A merged run is recorded as
+            // `merged N`, no shard.
             let shard = recorded.shard.and_then(|s| s.parse::<config::Shard>().ok());
             if let Some(shard) = shard {
-                pipeline = pipeline.into_shard(shard, None)?;
+                pipeline = pipeline.into_shard(shard, recorded.shards_at_once)?;
             }
             pipeline.set_audit_path(audit_path)?;
             let resume = engine::Resume {

@@ -360,6 +360,7 @@ mod tests {
             calls: 10,
             cost_usd: None,
             shard: None,
+            shards_at_once: None,
             open_batches: vec![],
         }
     }

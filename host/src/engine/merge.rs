@@ -238,13 +238,24 @@ fn copy_rows(
     if !in_part {
         return Ok(());
     }
-    let columns: Vec<String> = conn
-        .prepare(&format!("PRAGMA main.table_info({table})"))?
-        .query_map([], |r| r.get(1))?
-        .collect::<rusqlite::Result<_>>()?;
+    // (name, default) of each column.
+    let columns_of = |schema: &str| -> Result<Vec<(String, Option<String>)>> {
+        Ok(conn
+            .prepare(&format!("PRAGMA {schema}.table_info({table})"))?
+            .query_map([], |r| Ok((r.get(1)?, r.get(4)?)))?
+            .collect::<rusqlite::Result<_>>()?)
+    };
+    let (columns, defaults): (Vec<String>, Vec<Option<String>>) =
+        columns_of("main")?.into_iter().unzip();
+    // A part written by an earlier weir lacks the columns added since.
+    let part_columns = columns_of("part")?;
     let values: Vec<String> = columns
         .iter()
-        .map(|c| match (c.as_str(), run_id) {
+        .zip(&defaults)
+        .map(|(c, default)| match (c.as_str(), run_id) {
+            (column, _) if !part_columns.iter().any(|(p, _)| p == column) => {
+                default.clone().unwrap_or_else(|| "NULL".into())
+            }
             ("run_id", Some(id)) => id.to_string(),
             ("run_id", None) => "NULL".into(),
             ("state_id", _) => format!("state_id + {states}"),
@@ -311,7 +322,7 @@ fn summarize(conn: &Connection, run_id: i64, parts: &[(PathBuf, i64)], shards: u
     conn.execute(
         "UPDATE runs SET status = ?2, started_at_ms = ?3, finished_at_ms = ?4, rows_total = ?5,
              rows_completed = ?6, rows_failed = ?7, outcomes_json = ?8,
-             summary_json = ?9, shard = ?10,
+             summary_json = ?9, shard = ?10, shards_at_once = NULL,
              cost_usd = (SELECT sum(cost_usd) FROM calls WHERE run_id = ?1)
          WHERE run_id = ?1",
         params![

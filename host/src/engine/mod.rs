@@ -152,6 +152,7 @@ fn open_audit(
                 sinks: resume::sink_paths(pipeline),
                 weir_version: env!("CARGO_PKG_VERSION").to_string(),
                 shard: pipeline.shard.map(|s| s.to_string()),
+                shards_at_once: pipeline.shards_at_once,
             };
             let audit = AuditLog::create(path, run, pipeline.audit_payloads)?;
             Ok((Some(Arc::new(audit)), None))

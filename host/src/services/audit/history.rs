@@ -19,6 +19,8 @@ pub struct History {
     /// Schema 7 and later keep bodies by row, and hashes as their bytes; a
     /// database read as it is from before has neither.
     schema_7: bool,
+    /// Whether runs record `shards_at_once`.
+    schema_10: bool,
 }
 
 pub struct RunInfo {
@@ -38,6 +40,8 @@ pub struct RunInfo {
     pub cost_usd: Option<f64>,
     /// `I/N` for a shard's run, `merged N` for a merge of N shards.
     pub shard: Option<String>,
+    /// With `shard`: how many shards its scheduler runs at once, when told.
+    pub shards_at_once: Option<u32>,
     /// (endpoint, provider batch id) of the run's Batch API batches that
     /// the provider may still be working on.
     pub open_batches: Vec<(String, String)>,
@@ -145,6 +149,7 @@ impl History {
             conn,
             path: path.to_path_buf(),
             schema_7: version >= 7,
+            schema_10: version >= 10,
         })
     }
 
@@ -211,6 +216,14 @@ impl History {
             outcomes,
             calls: count("SELECT count(*) FROM calls WHERE run_id = ?1")?,
             shard,
+            shards_at_once: match self.schema_10 {
+                true => self.conn.query_row(
+                    "SELECT shards_at_once FROM runs WHERE run_id = ?1",
+                    [run_id],
+                    |r| r.get(0),
+                )?,
+                false => None,
+            },
             cost_usd: self.conn.query_row(
                 "SELECT sum(cost_usd) FROM calls WHERE run_id = ?1",
                 [run_id],

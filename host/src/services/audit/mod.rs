@@ -397,7 +397,7 @@ pub fn open_database(path: &Path) -> Result<Connection> {
 
 /// Bumped whenever `schema.sql` changes shape; `MIGRATIONS` takes a database
 /// of an earlier version to it.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The oldest schema a run can upgrade (`MIGRATIONS` starts there).
 pub const OLDEST_UPGRADABLE_VERSION: i64 = 3;
@@ -488,6 +488,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         "ALTER TABLE learned_limits ADD COLUMN held_by_queue INTEGER NOT NULL DEFAULT 0;",
     ),
+    (9, "ALTER TABLE runs ADD COLUMN shards_at_once INTEGER;"),
 ];
 
 /// Brings a database made by an earlier weir up to this schema, one version
@@ -575,6 +576,7 @@ mod tests {
             },
             weir_version: "test".into(),
             shard: None,
+            shards_at_once: None,
         }
     }
 
@@ -609,6 +611,7 @@ mod tests {
              DROP TABLE provider_batches;
              DROP TABLE batch_requests;
              DROP TABLE learned_limits;
+             ALTER TABLE runs DROP COLUMN shards_at_once;
              PRAGMA user_version = 4;",
         )
         .unwrap();
@@ -827,6 +830,7 @@ mod tests {
              DROP TABLE learned_limits;
              INSERT INTO payloads VALUES
                  (1, '{}', '{ROW}'), (1, '{}', '{RESPONSE}');
+             ALTER TABLE runs DROP COLUMN shards_at_once;
              PRAGMA user_version = 6;",
             hex("content_sha256"),
             hex("input_sha256"),
@@ -880,6 +884,7 @@ mod tests {
         conn.execute_batch(
             "ALTER TABLE learned_limits DROP COLUMN held_by_queue;
              INSERT INTO learned_limits VALUES ('openai u', 'm', 1, 'llm', 2, 1, 100, 5);
+             ALTER TABLE runs DROP COLUMN shards_at_once;
              PRAGMA user_version = 8;",
         )
         .unwrap();

@@ -24,6 +24,8 @@ pub struct NewRun {
     pub weir_version: String,
     /// `I/N` when the run is one shard of a sharded run.
     pub shard: Option<String>,
+    /// With `shard`: how many shards run at once, when told.
+    pub shards_at_once: Option<u32>,
 }
 
 /// The files a run writes, as `runs.sinks_json` keeps them.

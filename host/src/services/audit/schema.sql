@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS runs (
     outcomes_json   TEXT,               -- rows per terminal outcome
     summary_json    TEXT,               -- per-endpoint statistics (calls, retries, limit over time, …)
     cost_usd        REAL,               -- what the run's calls cost, all segments, by the endpoints' prices
-    shard           TEXT                -- `I/N` for one shard of a sharded run; `merged N` for their merge
+    shard           TEXT,               -- `I/N` for one shard of a sharded run; `merged N` for their merge
+    shards_at_once  INTEGER             -- with `shard`: how many shards the scheduler runs at once (`--shards-at-once`), which sets the shard's share of the rate limits
 );
 
 -- One per process that worked on the run: the first `weir run`, then each

@@ -50,8 +50,8 @@ pub struct Queued {
 pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
     conn.execute(
         "INSERT INTO runs (pipeline_path, config_sha256, source_path, sinks_json, weir_version,
-                           started_at_ms, status, shard)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7)",
+                           started_at_ms, status, shard, shards_at_once)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7, ?9)",
         params![
             run.pipeline_path,
             run.config_sha256,
@@ -60,7 +60,8 @@ pub fn insert_run(conn: &Connection, run: &NewRun) -> Result<i64> {
             run.weir_version,
             super::now_ms(),
             run.shard,
-            RunStatus::Running
+            RunStatus::Running,
+            run.shards_at_once
         ],
     )?;
     Ok(conn.last_insert_rowid())
