@@ -160,6 +160,51 @@ async fn a_json_array_source_streams_its_elements_and_one_cut_short_is_refused_a
     assert_eq!(server.served().len(), sent, "no request was sent");
 }
 
+/// Answers that no row can use (echoes where JSON outputs are declared) cost
+/// every row its call: the run stops once its first twenty fail alike, and
+/// runs them all when told to.
+#[tokio::test]
+async fn a_run_whose_first_rows_all_fail_alike_stops_before_paying_for_the_rest() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    let options = format!("{ECHO_OPTIONS}      outputs: {{label: string}}\n");
+    let p = numbered_rows_pipeline(&ws, 400, "pool_size: 4", "", &options);
+    let out = run_with_key(&p, &server.base_url()).await;
+    let message = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(
+            "the first 20 rows all failed at transform `ask` with response_unparsable: a \
+             mistake every row would meet"
+        ),
+        "{message}"
+    );
+    let sent = server.served().len();
+    assert!(sent < 100, "{sent} requests sent for 400 rows");
+    assert_eq!(
+        audit_value::<i64>(
+            &ws,
+            "SELECT count(*) FROM row_outcomes WHERE outcome = 'failed'"
+        ),
+        20,
+        "the rows that failed before the stop keep their outcome; none after"
+    );
+
+    let every_row = ws.write(
+        "p.yaml",
+        &format!(
+            "stop_when_first_rows_fail: 0\n{}",
+            std::fs::read_to_string(&p).unwrap()
+        ),
+    );
+    let out = run_with_key(&every_row, &server.base_url()).await;
+    assert!(
+        stderr(&out).contains("rows     400 read: 0 ok, 400 failed"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[tokio::test]
 async fn each_row_gets_its_own_answer_despite_injected_429s() {
     let server = TestLlmServer::start(Script {

@@ -2,6 +2,7 @@
 //! sinks) and commits each source row's terminal outcome to the audit trail,
 //! together with how far the sink files hold them.
 
+use super::first_rows::FirstRows;
 use super::progress;
 use super::quarantine;
 use super::report::RunReport;
@@ -93,7 +94,8 @@ impl Uncommitted {
 }
 
 /// Writes every finished flow and records one terminal outcome for each of
-/// its source rows.
+/// its source rows; stops the run if its first rows fail alike.
+#[allow(clippy::too_many_arguments)]
 pub async fn drain(
     mut flows: BoxStream<'static, Flow>,
     prepared: &Prepared,
@@ -102,6 +104,7 @@ pub async fn drain(
     report: &mut RunReport,
     progress: &progress::Progress,
     stop: &RunStop,
+    mut first_rows: FirstRows,
 ) -> Result<()> {
     let mut uncommitted = Uncommitted::default();
     // Set at the first row the stop made fail: no row after it is written.
@@ -132,6 +135,10 @@ pub async fn drain(
         }
         if held_back {
             continue;
+        }
+        let node_name = |node: usize| prepared.nodes[node].config.name.clone();
+        if let Some(reason) = first_rows.observe(&flow, node_name) {
+            stop.drain(reason);
         }
         uncommitted.add(write_flow(flow, prepared, outputs, report)?);
         if uncommitted.outcomes.len() >= COMMIT_ROWS

@@ -4,6 +4,7 @@
 mod columns;
 mod drain;
 mod error;
+mod first_rows;
 mod guest_cost;
 mod guest_load;
 pub mod guest_threads;
@@ -334,6 +335,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         &mut report,
         &progress,
         &stop,
+        first_rows::FirstRows::new(pipeline.stop_when_first_rows_fail),
     )
     .await;
     progress.finish();

@@ -26,6 +26,13 @@ pub enum StopReason {
     Redirected { endpoint: String, detail: String },
     /// The next call would have taken the run past `budget_usd`.
     Budget { limit_usd: f64, spent_usd: f64 },
+    /// The run's first rows to finish all failed at one node with one code
+    /// (`stop_when_first_rows_fail`).
+    RowsFailAlike {
+        rows: u32,
+        node: String,
+        code: String,
+    },
 }
 
 impl StopReason {
@@ -73,6 +80,12 @@ impl std::fmt::Display for StopReason {
                 f,
                 "budget: the next call would pass budget_usd ${limit_usd} (${spent_usd:.4} spent); \
                  resume with a higher `--budget-usd` to go on"
+            ),
+            StopReason::RowsFailAlike { rows, node, code } => write!(
+                f,
+                "the first {rows} rows all failed at transform `{node}` with {code}: a mistake \
+                 every row would meet, so no more rows were sent; fix it and start a new run, or \
+                 set `stop_when_first_rows_fail: 0` to run every row regardless"
             ),
         }
     }

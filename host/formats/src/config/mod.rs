@@ -278,6 +278,10 @@ pub struct Pipeline {
     pub caches: BTreeMap<String, PathBuf>,
     /// The most the run may spend, in USD.
     pub budget_usd: Option<f64>,
+    /// The run stops when this many rows, the first to finish, all failed at
+    /// one node with one code (a prompt or a parsing mistake every row
+    /// would meet); 0: never.
+    pub stop_when_first_rows_fail: u32,
     /// Set when this process runs one shard of the pipeline.
     pub shard: Option<Shard>,
     /// With `shard`: how many of the run's shards run at once, when the
@@ -481,6 +485,11 @@ pub fn cache_paths_of(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
+/// Rows failing alike at the start of a run that stop it, unless the
+/// pipeline file says otherwise: twenty in a row, none ok, is no row's bad
+/// luck even where most rows fail.
+pub const DEFAULT_FIRST_ROWS_FAILING: u32 = 20;
+
 fn resolve(file: PipelineFile, mut spec: PipelineSpec) -> Result<Pipeline> {
     let format = source_format(&file, &spec.source.path, spec.source.format)?;
     let source = DataFile {
@@ -557,6 +566,9 @@ fn resolve(file: PipelineFile, mut spec: PipelineSpec) -> Result<Pipeline> {
         audit_payloads: spec.audit.payloads,
         caches,
         budget_usd: spec.budget_usd,
+        stop_when_first_rows_fail: spec
+            .stop_when_first_rows_fail
+            .unwrap_or(DEFAULT_FIRST_ROWS_FAILING),
         shard: None,
         shards_at_once: None,
         staging,

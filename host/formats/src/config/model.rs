@@ -22,6 +22,9 @@ pub struct PipelineSpec {
     /// The most the whole run may spend, in USD, by the endpoints' prices.
     #[serde(default)]
     pub budget_usd: Option<f64>,
+    /// How many rows, the first of a run to finish, failing alike stop it.
+    #[serde(default)]
+    pub stop_when_first_rows_fail: Option<u32>,
 }
 
 /// USD per million tokens.
