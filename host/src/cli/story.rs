@@ -16,35 +16,29 @@ pub fn runs(runs: &[RunInfo]) -> String {
     if runs.is_empty() {
         return "no runs yet\n".to_string();
     }
+    let statuses: Vec<String> = runs.iter().map(status).collect();
+    let width = statuses
+        .iter()
+        .map(|s| s.chars().count())
+        .fold(23, usize::max);
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:>4}  {:<23}  {:<19}  {:>8}  {:>6}  {:>7}  {:>10}  outcomes  pipeline",
+        "{:>4}  {:<width$}  {:<19}  {:>8}  {:>6}  {:>7}  {:>10}  outcomes  pipeline",
         "run", "status", "started (UTC)", "duration", "rows", "calls", "cost"
     );
-    for run in runs {
+    for (run, status) in runs.iter().zip(statuses) {
         let outcomes: Vec<String> = run
             .outcomes
             .iter()
             .map(|(o, n)| format!("{n} {}", o.replace('_', " ")))
             .collect();
-        let mut status = match run.segments {
-            0 | 1 => run.state().to_string(),
-            n => format!("{} ({n} segments)", run.state()),
-        };
-        if let Some(shard) = &run.shard {
-            status.push_str(&format!(", {shard}"));
-        }
-        if !run.open_batches.is_empty() {
-            let ids: Vec<&str> = run.open_batches.iter().map(|(_, id)| id.as_str()).collect();
-            status.push_str(&format!(", waiting on batch {}", ids.join(", ")));
-        }
         let duration = run
             .finished_at_ms
             .map_or("-".to_string(), |f| seconds(f - run.started_at_ms));
         let _ = writeln!(
             s,
-            "{:>4}  {status:<23}  {:<19}  {duration:>8}  {:>6}  {:>7}  {:>10}  {}  {}",
+            "{:>4}  {status:<width$}  {:<19}  {duration:>8}  {:>6}  {:>7}  {:>10}  {}  {}",
             run.run_id,
             utc(run.started_at_ms),
             run.rows,
@@ -60,6 +54,23 @@ pub fn runs(runs: &[RunInfo]) -> String {
         );
     }
     s
+}
+
+/// A run's status as `weir runs` lists it: with its segments, its shard and
+/// the batches it waits on.
+fn status(run: &RunInfo) -> String {
+    let mut status = match run.segments {
+        0 | 1 => run.state().to_string(),
+        n => format!("{} ({n} segments)", run.state()),
+    };
+    if let Some(shard) = &run.shard {
+        status.push_str(&format!(", {shard}"));
+    }
+    if !run.open_batches.is_empty() {
+        let ids: Vec<&str> = run.open_batches.iter().map(|(_, id)| id.as_str()).collect();
+        status.push_str(&format!(", waiting on batch {}", ids.join(", ")));
+    }
+    status
 }
 
 /// One run told again from what it kept: the run's line, then the summary
