@@ -348,7 +348,13 @@ impl AuditLog {
         Ok(())
     }
 
+    /// Stops the writer and hands back its connection, the last one open on
+    /// the file: SQLite moves the write-ahead log into the database file
+    /// when its last connection closes, and deletes it. Were the replay's
+    /// read-only one still open, the log would stay beside the file, and a
+    /// copy of the file alone would lack the segment.
     fn close(&mut self) -> Result<Option<Connection>> {
+        drop(self.replay.take());
         drop(self.tx.take());
         match self.writer.take() {
             Some(handle) => {
