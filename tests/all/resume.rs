@@ -866,3 +866,57 @@ async fn a_resume_starts_from_the_limit_its_killed_process_learned() {
         "{summary}"
     );
 }
+
+/// `--limit N` takes N rows not done before and stops as an interrupted run
+/// does: a resume (limited again, or not) goes on with the rest, and no row
+/// is asked for twice. The audit database holds every segment in its file
+/// alone once the run ends: nothing is left in a write-ahead log beside it.
+#[tokio::test]
+async fn a_limited_run_takes_its_rows_and_resumes_go_on_without_asking_twice() {
+    let server = TestLlmServer::start(Script::default()).await.unwrap();
+    let ws = Workspace::new();
+    let p = numbered_rows_pipeline(&ws, 100, "", "", ECHO_OPTIONS);
+    let env = [
+        ("OPENAI_API_KEY", KEY),
+        ("OPENAI_BASE_URL", &server.base_url()),
+    ];
+    let path = p.to_str().unwrap();
+    let first = weir(&["run", path, "--limit", "10"], &env).await;
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains("--limit 10: as many rows as asked for are done"),
+        "{}",
+        stderr(&first)
+    );
+    assert_eq!(server.served().len(), 10);
+    assert_eq!(
+        read_csv(&ws.path("out.csv.partial")).len(),
+        11,
+        "a header and 10 rows"
+    );
+
+    let more = weir(&["run", path, "--resume", "--limit", "30"], &env).await;
+    assert_eq!(more.status.code(), Some(0), "{}", stderr(&more));
+    assert_eq!(server.served().len(), 40);
+    let rest = weir(&["run", path, "--resume"], &env).await;
+    assert_eq!(rest.status.code(), Some(0), "{}", stderr(&rest));
+    assert_eq!(server.served().len(), 100, "no row asked for twice");
+    let ids: Vec<usize> = read_csv(&ws.path("out.csv"))[1..]
+        .iter()
+        .map(|row| row[0].parse().unwrap())
+        .collect();
+    assert_eq!(ids, (0..100).collect::<Vec<_>>());
+
+    assert!(!ws.path("weir-audit.sqlite-wal").exists());
+    let copy = ws.path("copy.sqlite");
+    std::fs::copy(ws.path("weir-audit.sqlite"), &copy).unwrap();
+    let (status, outcomes): (String, i64) = rusqlite::Connection::open(&copy)
+        .unwrap()
+        .query_row(
+            "SELECT status, (SELECT count(*) FROM row_outcomes) FROM runs",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((status.as_str(), outcomes), ("completed", 100));
+}

@@ -317,6 +317,11 @@ struct Stopping {
     /// `budget_usd`; a resume can raise it.
     #[arg(long, value_name = "USD", value_parser = budget_usd)]
     budget_usd: Option<f64>,
+    /// Take at most this many rows not done before, then stop as an
+    /// interrupted run does: look at what they gave, and a resume goes on
+    /// with the rest without asking for them again.
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..))]
+    limit: Option<u64>,
 }
 
 fn budget_usd(text: &str) -> Result<f64, String> {
@@ -676,6 +681,7 @@ async fn run(
         audit,
         stop,
         budget_usd: stopping.budget_usd,
+        limit: stopping.limit,
     };
     let outputs = objects::Outputs::of(&pipeline, audit);
     let report = match engine::run(pipeline, options).await {
@@ -691,10 +697,13 @@ async fn run(
     };
     say!("{}", report.summary());
     outputs.publish(report.stopped.is_none()).await?;
-    Ok(match &report.stopped {
-        Some(reason) => ExitCode::from(reason.exit_code()),
-        None if report.rejected_in_run() > 0 => ExitCode::from(ROWS_FAILED),
-        None => ExitCode::SUCCESS,
+    let stopped_with = report
+        .stopped
+        .as_ref()
+        .map_or(0, |reason| reason.exit_code());
+    Ok(match stopped_with {
+        0 if report.rejected_in_run() > 0 => ExitCode::from(ROWS_FAILED),
+        code => ExitCode::from(code),
     })
 }
 

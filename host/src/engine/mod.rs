@@ -33,7 +33,7 @@ use crate::hashing;
 use crate::io::{self, SourceRow};
 use crate::services::audit::{AuditLog, NewRun, Record, ResumePoint, RowRecord, RunEnd};
 use crate::services::executor::RunControls;
-use crate::services::stop::RunStop;
+use crate::services::stop::{RunStop, StopReason};
 use futures::FutureExt;
 use futures::stream::{self, BoxStream, StreamExt};
 use ordered::OrderedWindowExt;
@@ -70,6 +70,17 @@ pub struct RunOptions {
     pub stop: Arc<RunStop>,
     /// `--budget-usd`: in place of the pipeline's `budget_usd`.
     pub budget_usd: Option<f64>,
+    /// `--limit`: take at most this many rows not done before, then stop as
+    /// an interrupted run does, resumable through the rest.
+    pub limit: Option<u64>,
+}
+
+/// `--limit` as the source reader follows it: how many rows it takes, and
+/// whether the source had more when it stopped at them.
+#[derive(Clone)]
+struct Limit {
+    rows: u64,
+    reached: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub struct Resume {
@@ -306,19 +317,29 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         ..RunReport::default()
     };
     let source_failure = Arc::new(Mutex::new(None));
+    let limit = options.limit.map(|rows| Limit {
+        rows,
+        reached: Arc::default(),
+    });
     let source_rows = rows_left::rows_in_small_source(&pipeline.source);
-    prepared.start_ahead(source_rows).await;
+    let rows_ahead = match (source_rows, options.limit) {
+        (Some(rows), Some(limit)) => Some(rows.min(limit)),
+        (rows, limit) => rows.or(limit),
+    };
+    prepared.start_ahead(rows_ahead).await;
     let to_come = rows_left::count(
         &pipeline.source,
         source_rows,
         rows.clone(),
         check.as_ref().map_or(0, |c| c.done.len() as u64),
+        options.limit,
         &progress,
     );
     prepared.executor.expect_rows(&to_come);
     let rows = read_source(
         source,
         rows,
+        limit.clone(),
         audit.clone(),
         check,
         Arc::clone(&source_failure),
@@ -344,6 +365,11 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         Ok(()) => source_failure.lock().ok().and_then(|mut f| f.take()),
     };
     let all_sinks = outputs.sinks.into_iter().chain(outputs.error_sinks);
+    // The rows asked for are done and the source has more: the run stops
+    // as an interrupted one, its sinks partial, for a resume to go on.
+    if let Some(limit) = limit.filter(|l| l.reached.load(Ordering::SeqCst)) {
+        stop.drain(StopReason::Limit { rows: limit.rows });
+    }
     report.stopped = stop.reason().cloned();
     if failed.is_none() && report.stopped.is_some() {
         match &audit {
@@ -602,6 +628,7 @@ fn mark_failed_to_start(audit: Arc<AuditLog>, error: &RunError) {
 fn read_source(
     source: Source,
     range: std::ops::Range<u64>,
+    limit: Option<Limit>,
     audit: Option<Arc<AuditLog>>,
     check: Option<SourceCheck>,
     failure: Arc<Mutex<Option<RunError>>>,
@@ -613,6 +640,7 @@ fn read_source(
     tokio::task::spawn_blocking(move || {
         let hashed = audit.is_some() || check.is_some();
         let mut ready = Vec::with_capacity(chunk);
+        let mut taken = 0u64;
         for SourceRow { index, line, row } in source.rows {
             if index < range.start {
                 continue;
@@ -646,6 +674,13 @@ fn read_source(
                         return;
                     }
                 }
+            }
+            if let Some(limit) = &limit {
+                if taken == limit.rows {
+                    limit.reached.store(true, Ordering::SeqCst);
+                    break;
+                }
+                taken += 1;
             }
             if let Some(audit) = &audit {
                 if let Some(content) = content {

@@ -15,25 +15,29 @@ use std::sync::Arc;
 /// part) or the file was counted already (`counted`, see
 /// `rows_in_small_source`), else once the file is counted. The count also
 /// gives `progress` the file's total when it is drawn. A pipe cannot be
-/// read twice: its total stays unknown.
+/// read twice: its total stays unknown. `limit` (`--limit`) caps the rows
+/// to come, and the bar's total at the rows done before and those.
 pub fn count(
     source: &DataFile,
     counted: Option<u64>,
     range: Range<u64>,
     done: u64,
+    limit: Option<u64>,
     progress: &Progress,
 ) -> Arc<RowsToCome> {
     let rows = Arc::new(RowsToCome::default());
+    let capped = move |rows: u64| limit.map_or(rows, |limit| rows.min(limit));
     let bounded = range.end != u64::MAX;
     if bounded {
-        rows.set_total((range.end - range.start).saturating_sub(done));
+        rows.set_total(capped((range.end - range.start).saturating_sub(done)));
     }
     let wanted = !bounded || progress.is_shown();
     let known = move |rows: &RowsToCome, progress: &Progress, total: u64| {
+        let left = total.saturating_sub(range.start).saturating_sub(done);
         if !bounded {
-            rows.set_total(total.saturating_sub(range.start).saturating_sub(done));
+            rows.set_total(capped(left));
         }
-        progress.set_length(total);
+        progress.set_length(total - left + capped(left));
     };
     if let Some(total) = counted {
         known(&rows, progress, total);

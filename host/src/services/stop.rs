@@ -33,12 +33,15 @@ pub enum StopReason {
         node: String,
         code: String,
     },
+    /// `--limit`: the rows asked for are done, and the source has more.
+    Limit { rows: u64 },
 }
 
 impl StopReason {
     pub fn exit_code(&self) -> u8 {
         match self {
             StopReason::Signal { exit_code, .. } => *exit_code,
+            StopReason::Limit { .. } => 0,
             _ => 1,
         }
     }
@@ -80,6 +83,10 @@ impl std::fmt::Display for StopReason {
                 f,
                 "budget: the next call would pass budget_usd ${limit_usd} (${spent_usd:.4} spent); \
                  resume with a higher `--budget-usd` to go on"
+            ),
+            StopReason::Limit { rows } => write!(
+                f,
+                "--limit {rows}: as many rows as asked for are done; a resume goes on with the rest"
             ),
             StopReason::RowsFailAlike { rows, node, code } => write!(
                 f,
