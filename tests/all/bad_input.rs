@@ -24,6 +24,18 @@ fn cases() -> Vec<Case> {
     let good_csv = || csv("id,text\n1,a\n");
     vec![
         Case {
+            name: "an empty pipeline file",
+            files: good_csv(),
+            pipeline: "# nothing yet\n\n".into(),
+            expect: "p.yaml: the file is empty: a pipeline file names a source, transforms and sinks",
+        },
+        Case {
+            name: "a CSV given as the pipeline file",
+            files: good_csv(),
+            pipeline: "id,text\n1,a\n".into(),
+            expect: "a pipeline file is a YAML mapping (`source:`, `transforms:`, `sinks:`); is",
+        },
+        Case {
             name: "malformed YAML",
             files: good_csv(),
             pipeline: "source:\n  path: in.csv\n  - oops\n".into(),

@@ -364,8 +364,45 @@ pub fn load_text(path: &Path, raw: &str, env: impl Fn(&str) -> Option<String>) -
         text,
         raw_sha256: crate::hashing::sha256_hex(raw),
     };
-    let spec: PipelineSpec = crate::yaml::from_str(&file.path, &file.text)?;
+    if !has_content(&file.text) {
+        return Err(ConfigError::Invalid {
+            path: file.path,
+            line: None,
+            message: "the file is empty: a pipeline file names a source, transforms and sinks"
+                .into(),
+        });
+    }
+    let spec: PipelineSpec = crate::yaml::from_str(&file.path, &file.text).map_err(|e| {
+        match e {
+            // A document that is no mapping at all: most likely another file
+            // (the source, a sink) given in the pipeline file's place.
+            crate::yaml::YamlError::At {
+                line: 1,
+                message,
+                path,
+                column,
+            } if message.starts_with("expected mapping") => crate::yaml::YamlError::At {
+                message: format!(
+                    "{message}: a pipeline file is a YAML mapping (`source:`, \
+                         `transforms:`, `sinks:`); is {} the pipeline file?",
+                    path.display()
+                ),
+                path,
+                line: 1,
+                column,
+            },
+            other => other,
+        }
+    })?;
     resolve(file, spec)
+}
+
+/// Whether YAML text holds anything but blank lines and comments.
+fn has_content(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim();
+        !line.is_empty() && !line.starts_with('#') && line != "---"
+    })
 }
 
 /// One transform as the pipeline file writes it, without checking the rest
