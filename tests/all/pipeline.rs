@@ -205,6 +205,38 @@ async fn a_run_whose_first_rows_all_fail_alike_stops_before_paying_for_the_rest(
     );
 }
 
+/// Where stderr is a log rather than a terminal, a run says how far it is
+/// in a line now and then; `--no-progress` silences it.
+#[tokio::test]
+async fn a_run_logged_to_a_file_writes_a_progress_line_now_and_then() {
+    let server = TestLlmServer::start(Script {
+        latency: Duration::from_millis(40),
+        ..Script::default()
+    })
+    .await
+    .unwrap();
+    let ws = Workspace::new();
+    let p = numbered_rows_pipeline(&ws, 100, "pool_size: 2", "", ECHO_OPTIONS);
+    let path = p.to_str().unwrap();
+    let env = [
+        ("OPENAI_API_KEY", KEY),
+        ("OPENAI_BASE_URL", &server.base_url()),
+        ("WEIR_PROGRESS_SECONDS", "1"),
+    ];
+    let out = weir(&["run", path], &env).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<String> = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with("weir: ") && l.contains(" of 100 rows ("))
+        .map(str::to_string)
+        .collect();
+    assert!(!lines.is_empty(), "{}", stderr(&out));
+    assert!(lines[0].contains(" rows/s"), "{lines:?}");
+
+    let quiet = weir(&["run", path, "--no-progress"], &env).await;
+    assert!(!stderr(&quiet).contains(" of 100 rows ("), "{}", stderr(&quiet));
+}
+
 #[tokio::test]
 async fn each_row_gets_its_own_answer_despite_injected_429s() {
     let server = TestLlmServer::start(Script {

@@ -67,7 +67,8 @@ enum Command {
         /// what auditing costs.
         #[arg(long, conflicts_with = "resume")]
         no_audit: bool,
-        /// Do not draw a progress bar, even on a terminal.
+        /// Show no progress: no bar on a terminal, and elsewhere no line
+        /// every 30 s.
         #[arg(long)]
         no_progress: bool,
         #[command(flatten)]
@@ -662,6 +663,22 @@ fn began(pipeline: &config::Pipeline) -> Result<bool> {
     Ok(history.runs()?.iter().any(|run| run.segments > 0))
 }
 
+/// How often a run whose stderr is no terminal writes a progress line:
+/// `WEIR_PROGRESS_SECONDS`, 30 by default.
+fn progress_every() -> Result<Duration> {
+    match std::env::var("WEIR_PROGRESS_SECONDS") {
+        Err(_) => Ok(Duration::from_secs(30)),
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(seconds) if seconds.is_finite() && seconds >= 1.0 => {
+                Ok(Duration::from_secs_f64(seconds))
+            }
+            _ => anyhow::bail!(
+                "WEIR_PROGRESS_SECONDS: `{text}` is not a number of seconds of 1 or more"
+            ),
+        },
+    }
+}
+
 async fn run(
     pipeline: config::Pipeline,
     resume: Option<engine::Resume>,
@@ -669,14 +686,18 @@ async fn run(
     no_progress: bool,
     stopping: Stopping,
 ) -> Result<ExitCode> {
-    let show_progress = !no_progress && std::io::stderr().is_terminal();
+    let progress = match (no_progress, std::io::stderr().is_terminal()) {
+        (true, _) => engine::ProgressKind::Hidden,
+        (false, true) => engine::ProgressKind::Bar,
+        (false, false) => engine::ProgressKind::Lines(progress_every()?),
+    };
     let stop = Arc::new(RunStop::new());
     signals::watch(
         Arc::clone(&stop),
         Duration::from_secs_f64(stopping.grace_seconds),
     )?;
     let options = engine::RunOptions {
-        show_progress,
+        progress,
         resume,
         audit,
         stop,

@@ -22,6 +22,7 @@ mod source_check;
 mod stage;
 
 pub use merge::{Merged, merge};
+pub use progress::ProgressKind;
 pub use report::{EndpointReport, RunReport, StoredSummary, WindowHeldReport};
 // `weir test` runs a node's rows through exactly the code `weir run` uses.
 pub(crate) use setup::Node;
@@ -60,7 +61,8 @@ const READ_CHUNK: usize = 64;
 const AUDIT_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct RunOptions {
-    pub show_progress: bool,
+    /// A bar, lines now and then, or nothing.
+    pub progress: ProgressKind,
     /// Carry on an unfinished run instead of starting one.
     pub resume: Option<Resume>,
     /// Keep an audit trail. Without one there is no `weir explain` and no
@@ -295,7 +297,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         sink_paths: resume::sink_paths(&pipeline).all().cloned().collect(),
         source_on_error: pipeline.source_on_error,
     };
-    let progress = progress::Progress::start(options.show_progress);
+    let progress = progress::Progress::start(options.progress);
 
     let check = point
         .as_mut()

@@ -1,20 +1,39 @@
-//! The progress bar on a terminal. Its total comes from the count of the
-//! source's rows on a side thread (`rows_left`), so that the first rows
-//! never wait for a large file to be scanned.
+//! How a run shows its progress: a bar on a terminal, or where stderr is a
+//! log (a scheduler's job, `nohup`, CI), a line now and then (every 30 s
+//! unless `WEIR_PROGRESS_SECONDS` says otherwise), so that an hours-long run
+//! says how far it is without drawing a bar into a file.
+//! The total comes from the count of the source's rows on a side thread
+//! (`rows_left`), so that the first rows never wait for a large file to be
+//! scanned.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressKind {
+    /// A bar redrawn in place: stderr is a terminal.
+    Bar,
+    /// A line this often: stderr is a file or a pipe.
+    Lines(Duration),
+    /// Nothing (`--no-progress`).
+    Hidden,
+}
 
 #[derive(Clone)]
 pub struct Progress {
     bar: ProgressBar,
+    /// Stops the thread that writes the lines, once dropped.
+    lines: Arc<Mutex<Option<Sender<()>>>>,
 }
 
 impl Progress {
-    pub fn start(visible: bool) -> Self {
-        let bar = if visible {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
+    pub fn start(kind: ProgressKind) -> Self {
+        let bar = match kind {
+            ProgressKind::Bar => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            // The hidden bar still counts rows and their pace for the lines.
+            ProgressKind::Lines(_) | ProgressKind::Hidden => ProgressBar::hidden(),
         };
         bar.set_style(
             ProgressStyle::with_template(
@@ -22,12 +41,19 @@ impl Progress {
             )
             .expect("valid progress template"),
         );
-        Self { bar }
+        let lines = match kind {
+            ProgressKind::Lines(every) => Some(write_lines(bar.clone(), every)),
+            _ => None,
+        };
+        Self {
+            bar,
+            lines: Arc::new(Mutex::new(lines)),
+        }
     }
 
-    /// Whether the bar is drawn, and so wants the source's rows counted.
+    /// Whether progress is shown, and so wants the source's rows counted.
     pub fn is_shown(&self) -> bool {
-        !self.bar.is_hidden()
+        !self.bar.is_hidden() || self.lines.lock().is_ok_and(|l| l.is_some())
     }
 
     /// The source's rows, once counted.
@@ -43,6 +69,85 @@ impl Progress {
     }
 
     pub fn finish(&self) {
+        if let Ok(mut lines) = self.lines.lock() {
+            lines.take();
+        }
         self.bar.finish_and_clear();
+    }
+}
+
+/// Starts the thread that writes a line `every` so often until the
+/// returned sender is dropped.
+fn write_lines(bar: ProgressBar, every: Duration) -> Sender<()> {
+    let (tx, rx) = channel::<()>();
+    std::thread::spawn(move || {
+        while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+            eprintln!("{}", line(&bar));
+        }
+    });
+    tx
+}
+
+/// `weir: 12000 of 100000 rows (12 %) in 1m 30s, 310.2 rows/s, eta 4m 12s; 3 failed`
+fn line(bar: &ProgressBar) -> String {
+    let done = bar.position();
+    let mut text = match bar.length().filter(|&total| total > 0) {
+        Some(total) => format!(
+            "weir: {done} of {total} rows ({} %)",
+            done * 100 / total.max(1)
+        ),
+        None => format!("weir: {done} rows"),
+    };
+    text.push_str(&format!(
+        " in {}, {:.1} rows/s",
+        span(bar.elapsed()),
+        bar.per_sec()
+    ));
+    if bar.length().is_some_and(|total| total > done) && done > 0 {
+        text.push_str(&format!(", eta {}", span(bar.eta())));
+    }
+    let message = bar.message();
+    if !message.is_empty() {
+        text.push_str(&format!("; {message}"));
+    }
+    text
+}
+
+/// `1h 02m`, `4m 12s`, `9s`.
+fn span(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_says_how_far_and_how_fast() {
+        let bar = ProgressBar::hidden();
+        assert!(
+            line(&bar).starts_with("weir: 0 rows in 0s, "),
+            "{}",
+            line(&bar)
+        );
+        bar.set_length(200);
+        bar.inc(50);
+        bar.set_message("3 failed");
+        let text = line(&bar);
+        assert!(
+            text.starts_with("weir: 50 of 200 rows (25 %) in "),
+            "{text}"
+        );
+        assert!(
+            text.contains(", eta ") && text.ends_with("; 3 failed"),
+            "{text}"
+        );
+        assert_eq!(span(Duration::from_secs(252)), "4m 12s");
+        assert_eq!(span(Duration::from_secs(3720)), "1h 02m");
     }
 }
