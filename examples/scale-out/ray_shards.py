@@ -21,7 +21,7 @@ import ray
 @ray.remote(max_retries=3, num_cpus=1)
 def run_shard(weir: str, pipeline: str, index: int, count: int) -> int:
     done = subprocess.run(
-        [weir, "run", pipeline, "--shard", f"{index}/{count}", "--resume", "--no-progress"],
+        [weir, "run", pipeline, "--shard", f"{index}/{count}", "--resume"],
         capture_output=True,
         text=True,
     )

@@ -14,7 +14,7 @@
 #SBATCH --requeue
 set -u
 pipeline=${1:?give the pipeline file}
-weir run "$pipeline" --shard "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT" --resume --no-progress
+weir run "$pipeline" --shard "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT" --resume
 code=$?
 # 2: the shard finished with rows set aside (on_error); that is done too.
 [ "$code" -eq 0 ] || [ "$code" -eq 2 ]
