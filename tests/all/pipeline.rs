@@ -234,7 +234,11 @@ async fn a_run_logged_to_a_file_writes_a_progress_line_now_and_then() {
     assert!(lines[0].contains(" rows/s"), "{lines:?}");
 
     let quiet = weir(&["run", path, "--no-progress"], &env).await;
-    assert!(!stderr(&quiet).contains(" of 100 rows ("), "{}", stderr(&quiet));
+    assert!(
+        !stderr(&quiet).contains(" of 100 rows ("),
+        "{}",
+        stderr(&quiet)
+    );
 }
 
 #[tokio::test]

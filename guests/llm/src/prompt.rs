@@ -24,6 +24,7 @@ impl Prompts {
         env.set_debug(true);
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.set_fuel(Some(RENDER_FUEL));
+        weir_sdk::template::jinja2_compatible(&mut env);
         env.add_template_owned(TEMPLATE_NAME, template.to_owned())
             .map_err(|e| format!("options.template: {}", describe(&e)))?;
         if let Some(system) = system_prompt {
@@ -118,6 +119,23 @@ mod tests {
             .unwrap();
         assert_eq!(r.user, "Review: great");
         assert_eq!(r.system.as_deref(), Some("Be brief about 7"));
+    }
+
+    #[test]
+    fn templates_written_for_jinja2_keep_its_filters_and_pythons_methods() {
+        let p = Prompts::compile(
+            "{{ row.text.strip().upper() }}|{{ row.text.strip() | truncate(9) }}|{{ row.text | striptags }}|\
+             {% for k, v in row.items() %}{{ k }}={{ v }};{% endfor %}|{{ row.get('lang', 'en') }}|{{ row.text.strip() | truncate(length=10, end='…') }}",
+            None,
+        )
+        .unwrap();
+        let r = p
+            .render(&row(json!({"id": 7, "text": " great kettle, fast "})), &[])
+            .unwrap();
+        assert_eq!(
+            r.user,
+            "GREAT KETTLE, FAST|great...|great kettle, fast|id=7;text= great kettle, fast ;|en|great…"
+        );
     }
 
     #[test]
