@@ -218,6 +218,8 @@ fn check_resume(
 pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
     let started = Instant::now();
     let scan = source_check::refuse_unreadable_rows(&pipeline)?;
+    // The scan read every row already: no need to count them again.
+    let scanned_rows = scan.as_ref().map(|scan| scan.rows);
     let rows = shard_rows(&pipeline, scan)?;
     let (audit, mut point) = open_audit(&pipeline, &options)?;
     let stop = Arc::clone(&options.stop);
@@ -323,7 +325,7 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         rows,
         reached: Arc::default(),
     });
-    let source_rows = rows_left::rows_in_small_source(&pipeline.source);
+    let source_rows = scanned_rows.or_else(|| rows_left::rows_in_small_source(&pipeline.source));
     let rows_ahead = match (source_rows, options.limit) {
         (Some(rows), Some(limit)) => Some(rows.min(limit)),
         (rows, limit) => rows.or(limit),

@@ -51,12 +51,7 @@ impl Progress {
         }
     }
 
-    /// Whether progress is shown, and so wants the source's rows counted.
-    pub fn is_shown(&self) -> bool {
-        !self.bar.is_hidden() || self.lines.lock().is_ok_and(|l| l.is_some())
-    }
-
-    /// The source's rows, once counted.
+    /// The rows this process is to take, once counted.
     pub fn set_length(&self, total: u64) {
         self.bar.set_length(total);
     }

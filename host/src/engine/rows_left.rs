@@ -12,11 +12,12 @@ use std::sync::Arc;
 
 /// The rows of `range` a run will take from `source`, less the `done` ones
 /// an earlier run finished: at once when the range is bounded (a shard's
-/// part) or the file was counted already (`counted`, see
-/// `rows_in_small_source`), else once the file is counted. The count also
-/// gives `progress` the file's total when it is drawn. A pipe cannot be
-/// read twice: its total stays unknown. `limit` (`--limit`) caps the rows
-/// to come, and the bar's total at the rows done before and those.
+/// part) or the file was counted already (`counted`: by the scan for
+/// unreadable rows, or `rows_in_small_source`), else once the file is
+/// counted. `progress` is given the same total: the rows this process is
+/// to take, as it counts the rows it finishes. A pipe cannot be read
+/// twice: its total stays unknown. `limit` (`--limit`) caps the rows to
+/// come.
 pub fn count(
     source: &DataFile,
     counted: Option<u64>,
@@ -29,19 +30,19 @@ pub fn count(
     let capped = move |rows: u64| limit.map_or(rows, |limit| rows.min(limit));
     let bounded = range.end != u64::MAX;
     if bounded {
-        rows.set_total(capped((range.end - range.start).saturating_sub(done)));
+        let left = capped((range.end - range.start).saturating_sub(done));
+        rows.set_total(left);
+        progress.set_length(left);
+        return rows;
     }
-    let wanted = !bounded || progress.is_shown();
     let known = move |rows: &RowsToCome, progress: &Progress, total: u64| {
-        let left = total.saturating_sub(range.start).saturating_sub(done);
-        if !bounded {
-            rows.set_total(capped(left));
-        }
-        progress.set_length(total - left + capped(left));
+        let left = capped(total.saturating_sub(range.start).saturating_sub(done));
+        rows.set_total(left);
+        progress.set_length(left);
     };
     if let Some(total) = counted {
         known(&rows, progress, total);
-    } else if wanted && source.is_regular_file() {
+    } else if source.is_regular_file() {
         let source = source.clone();
         let (rows, progress) = (Arc::clone(&rows), progress.clone());
         std::thread::spawn(move || {
