@@ -37,8 +37,9 @@ impl Template {
 
 /// Gives `env` what templates written for Jinja2 use beyond minijinja's
 /// own: the filters `truncate` (by position too, as Jinja2 takes it),
-/// `striptags`, `filesizeformat` and `pluralize`, and Python's methods on strings, lists and mappings (`row.text.strip()`,
-/// `row.items()`, `row.get('lang', 'en')`).
+/// `striptags`, `filesizeformat` and `pluralize`, and Python's methods on
+/// strings, lists and mappings (`row.text.strip()`, `row.items()`,
+/// `row.get('lang', 'en')`).
 pub fn jinja2_compatible(env: &mut Environment) {
     minijinja_contrib::add_to_environment(env);
     env.add_filter("truncate", truncate);
