@@ -251,10 +251,10 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
             content_hash,
             file: pipeline.source.is_regular_file(),
         };
-        Ok::<_, RunError>((prepared, source, columns))
+        Ok::<_, RunError>((prepared, source, columns, Arc::clone(&controls.budget)))
     }
     .await;
-    let (prepared, source, columns) = match set_up {
+    let (prepared, source, columns, budget) = match set_up {
         Ok(parts) => parts,
         Err(e) => {
             if let (Some(audit), None) = (audit, &point) {
@@ -299,7 +299,9 @@ pub async fn run(pipeline: Pipeline, options: RunOptions) -> Result<RunReport> {
         sink_paths: resume::sink_paths(&pipeline).all().cloned().collect(),
         source_on_error: pipeline.source_on_error,
     };
-    let progress = progress::Progress::start(options.progress);
+    // What the run has spent, where an endpoint has a price to count it by.
+    let priced = pipeline.endpoints.values().any(|e| e.price.is_some());
+    let progress = progress::Progress::start(options.progress, priced.then_some(budget));
 
     let check = point
         .as_mut()

@@ -6,6 +6,7 @@
 //! (`rows_left`), so that the first rows never wait for a large file to be
 //! scanned.
 
+use crate::services::budget::Budget;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -29,7 +30,9 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn start(kind: ProgressKind) -> Self {
+    /// `spent`: the run's budget, whose spending the lines tell, where the
+    /// endpoints have prices.
+    pub fn start(kind: ProgressKind, spent: Option<Arc<Budget>>) -> Self {
         let bar = match kind {
             ProgressKind::Bar => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
             // The hidden bar still counts rows and their pace for the lines.
@@ -42,7 +45,7 @@ impl Progress {
             .expect("valid progress template"),
         );
         let lines = match kind {
-            ProgressKind::Lines(every) => Some(write_lines(bar.clone(), every)),
+            ProgressKind::Lines(every) => Some(write_lines(bar.clone(), every, spent)),
             _ => None,
         };
         Self {
@@ -73,18 +76,22 @@ impl Progress {
 
 /// Starts the thread that writes a line `every` so often until the
 /// returned sender is dropped.
-fn write_lines(bar: ProgressBar, every: Duration) -> Sender<()> {
+fn write_lines(bar: ProgressBar, every: Duration, spent: Option<Arc<Budget>>) -> Sender<()> {
     let (tx, rx) = channel::<()>();
     std::thread::spawn(move || {
         while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
-            eprintln!("{}", line(&bar));
+            eprintln!(
+                "{}",
+                line(&bar, spent.as_ref().map(|budget| budget.spent()))
+            );
         }
     });
     tx
 }
 
-/// `weir: 12000 of 100000 rows (12 %) in 1m 30s, 310.2 rows/s, eta 4m 12s; 3 failed`
-fn line(bar: &ProgressBar) -> String {
+/// `weir: 12000 of 100000 rows (12 %) in 1m 30s, 310.2 rows/s, eta 4m 12s;
+/// $1.23 spent; 3 failed`
+fn line(bar: &ProgressBar, spent_usd: Option<f64>) -> String {
     let done = bar.position();
     let mut text = match bar.length().filter(|&total| total > 0) {
         Some(total) => format!(
@@ -100,6 +107,9 @@ fn line(bar: &ProgressBar) -> String {
     ));
     if bar.length().is_some_and(|total| total > done) && done > 0 {
         text.push_str(&format!(", eta {}", span(bar.eta())));
+    }
+    if let Some(usd) = spent_usd {
+        text.push_str(&format!("; {} spent", super::report::usd(usd)));
     }
     let message = bar.message();
     if !message.is_empty() {
@@ -125,23 +135,18 @@ mod tests {
     #[test]
     fn a_line_says_how_far_and_how_fast() {
         let bar = ProgressBar::hidden();
-        assert!(
-            line(&bar).starts_with("weir: 0 rows in 0s, "),
-            "{}",
-            line(&bar)
-        );
+        let text = line(&bar, None);
+        assert!(text.starts_with("weir: 0 rows in 0s, "), "{text}");
         bar.set_length(200);
         bar.inc(50);
         bar.set_message("3 failed");
-        let text = line(&bar);
+        let text = line(&bar, Some(1.5));
         assert!(
             text.starts_with("weir: 50 of 200 rows (25 %) in "),
             "{text}"
         );
-        assert!(
-            text.contains(", eta ") && text.ends_with("; 3 failed"),
-            "{text}"
-        );
+        assert!(text.contains(", eta "), "{text}");
+        assert!(text.ends_with("; $1.50 spent; 3 failed"), "{text}");
         assert_eq!(span(Duration::from_secs(252)), "4m 12s");
         assert_eq!(span(Duration::from_secs(3720)), "1h 02m");
     }

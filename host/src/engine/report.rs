@@ -526,7 +526,7 @@ impl RunReport {
 }
 
 /// Dollars to the cent, or finer for small amounts.
-fn usd(amount: f64) -> String {
+pub(super) fn usd(amount: f64) -> String {
     if amount >= 1.0 {
         format!("${amount:.2}")
     } else {
