@@ -41,6 +41,8 @@ impl BreakerState {
 pub struct Transition {
     pub to: BreakerState,
     pub reason: String,
+    /// The failure that opened the breaker, or that its probe met.
+    pub failure: Option<String>,
 }
 
 pub struct Breaker {
@@ -128,6 +130,7 @@ impl Breaker {
                                 "cool-down of {:.1} s over; sending a probe",
                                 self.cooldown.as_secs_f64()
                             ),
+                            failure: None,
                         };
                         return (Some(Ticket { probe: true }), Some(transition));
                     }
@@ -186,6 +189,7 @@ impl Breaker {
                     Some(Transition {
                         to: BreakerState::Closed,
                         reason: reason.into(),
+                        failure: None,
                     })
                 }
                 (Some(why), BreakerState::HalfOpen) if ticket.probe => {
@@ -194,6 +198,7 @@ impl Breaker {
                     Some(Transition {
                         to: BreakerState::Open,
                         reason: format!("the probe failed: {why}"),
+                        failure: Some(why.to_string()),
                     })
                 }
                 (Some(why), BreakerState::Closed) => {
@@ -219,6 +224,7 @@ impl Breaker {
                                 "{} failures in a row{over}; the last: {why}",
                                 s.consecutive_failures
                             ),
+                            failure: Some(why.to_string()),
                         }
                     })
                 }

@@ -518,6 +518,7 @@ mod tests {
         let open = Transition {
             to: BreakerState::Open,
             reason: "the probe failed: HTTP 200 with a body that is not JSON: `<html>`".into(),
+            failure: Some("HTTP 200 with a body that is not JSON: `<html>`".into()),
         };
         for succeeded_first in [false, true] {
             let h = health(EndpointKind::Openai);
@@ -543,10 +544,12 @@ mod tests {
         let open = Transition {
             to: BreakerState::Open,
             reason: "10 failures in a row; the last: connection refused".into(),
+            failure: Some("connection refused".into()),
         };
         let closed = Transition {
             to: BreakerState::Closed,
             reason: "the probe succeeded".into(),
+            failure: None,
         };
         h.breaker_changed(&open);
         tokio::time::sleep(Duration::from_secs(30)).await;

@@ -23,7 +23,8 @@ pub struct OutageLog {
 struct Outage {
     began: Instant,
     warned: Instant,
-    reason: String,
+    /// What the last opening or failed probe met.
+    failure: Option<String>,
 }
 
 impl OutageLog {
@@ -46,7 +47,7 @@ impl OutageLog {
                 *outage = Some(Outage {
                     began: now,
                     warned: now,
-                    reason: probe_free(&transition.reason).to_string(),
+                    failure: transition.failure.clone(),
                 });
                 Some(format!(
                     "{}; requests wait for it, and the run stops if it stays open {} s \
@@ -56,13 +57,12 @@ impl OutageLog {
                 ))
             }
             (BreakerState::Open, Some(going_on)) => {
-                let reason = probe_free(&transition.reason);
-                let news = reason != going_on.reason;
+                let news = transition.failure != going_on.failure;
                 if !news && now - going_on.warned < REMINDER {
                     return None;
                 }
                 going_on.warned = now;
-                going_on.reason = reason.to_string();
+                going_on.failure.clone_from(&transition.failure);
                 Some(format!(
                     "still open after {:.0} s: {}",
                     (now - going_on.began).as_secs_f64(),
@@ -85,22 +85,20 @@ impl OutageLog {
     }
 }
 
-/// What a failure was, whether it opened the breaker or failed its probe.
-fn probe_free(reason: &str) -> &str {
-    let reason = reason.strip_prefix("the probe failed: ").unwrap_or(reason);
-    reason
-        .split_once("; the last: ")
-        .map_or(reason, |(_, last)| last)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A transition as the breaker makes it: an opening or a failed probe
+    /// names the failure its reason ends with.
     fn to(state: BreakerState, reason: &str) -> Transition {
+        let failure = reason
+            .strip_prefix("the probe failed: ")
+            .or_else(|| reason.split_once("; the last: ").map(|(_, last)| last));
         Transition {
             to: state,
             reason: reason.into(),
+            failure: failure.map(str::to_string),
         }
     }
 
