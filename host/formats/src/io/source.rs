@@ -50,6 +50,15 @@ impl SourceError {
         }
     }
 
+    /// The source's first bytes could not be read.
+    fn unreadable(name: &str, error: std::io::Error) -> Self {
+        Self::Header {
+            name: name.to_string(),
+            line: None,
+            problem: format!("cannot read it: {error}"),
+        }
+    }
+
     fn metadata(path: &Path, source: std::io::Error) -> Self {
         Self::Metadata {
             path: path.to_path_buf(),
@@ -183,11 +192,9 @@ pub fn read_source(
 /// A `.json` source: an array of objects when its first byte (after a byte
 /// order mark and white space) is `[`, else JSON Lines.
 fn json_rows(mut input: BufReader<Box<dyn Read + Send>>, name: &str) -> Result<SourceReader> {
-    let start = input.fill_buf().map_err(|e| SourceError::Header {
-        name: name.to_string(),
-        line: None,
-        problem: format!("cannot read it: {e}"),
-    })?;
+    let start = input
+        .fill_buf()
+        .map_err(|e| SourceError::unreadable(name, e))?;
     let bom = if start.starts_with(UTF8_BOM) {
         UTF8_BOM.len()
     } else {
@@ -240,11 +247,11 @@ fn csv_rows(
     let mut input = BufReader::with_capacity(SNIFF_BYTES, input);
     let delimiter = match delimiter {
         Some(given) => given,
-        None => sniff_delimiter(input.fill_buf().map_err(|e| SourceError::Header {
-            name: name.to_string(),
-            line: None,
-            problem: format!("cannot read it: {e}"),
-        })?),
+        None => sniff_delimiter(
+            input
+                .fill_buf()
+                .map_err(|e| SourceError::unreadable(name, e))?,
+        ),
     };
     let mut records = CsvRecords::new(input, delimiter);
     let header_error = |line: Option<u64>, problem: String| SourceError::Header {
