@@ -70,10 +70,12 @@ pub fn rows_in_small_source(source: &DataFile) -> Option<u64> {
 
 /// The data rows in a source file.
 fn count_rows(source: &DataFile) -> Option<u64> {
-    let file = std::fs::File::open(&source.path).ok()?;
+    let file = || std::fs::File::open(&source.path).ok();
     match source.format {
         Format::Csv => {
-            let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(file);
+            let mut reader = csv::ReaderBuilder::new()
+                .flexible(true)
+                .from_reader(file()?);
             let mut record = csv::ByteRecord::new();
             let mut count = 0;
             while reader.read_byte_record(&mut record).ok()? {
@@ -83,7 +85,7 @@ fn count_rows(source: &DataFile) -> Option<u64> {
         }
         Format::Jsonl => {
             let mut count = 0;
-            for line in BufReader::new(file).split(b'\n') {
+            for line in BufReader::new(file()?).split(b'\n') {
                 if !line.ok()?.iter().all(u8::is_ascii_whitespace) {
                     count += 1;
                 }
