@@ -179,16 +179,35 @@ impl History {
     }
 
     pub fn run(&self, run_id: i64) -> Result<RunInfo> {
+        // A database before schema 10 records no `shards_at_once`.
+        let at_once = if self.schema_10 {
+            "shards_at_once"
+        } else {
+            "NULL"
+        };
         let found = self
             .conn
             .query_row(
-                "SELECT status, pipeline_path, started_at_ms, finished_at_ms, shard FROM runs
-                 WHERE run_id = ?1",
+                &format!(
+                    "SELECT status, pipeline_path, started_at_ms, finished_at_ms, shard, {at_once}
+                     FROM runs WHERE run_id = ?1"
+                ),
                 [run_id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
             )
             .optional()?;
-        let Some((status, pipeline_path, started_at_ms, finished_at_ms, shard)) = found else {
+        let Some((status, pipeline_path, started_at_ms, finished_at_ms, shard, shards_at_once)) =
+            found
+        else {
             return Err(AuditError::NoRun {
                 run_id,
                 path: self.path.clone(),
@@ -216,14 +235,7 @@ impl History {
             outcomes,
             calls: count("SELECT count(*) FROM calls WHERE run_id = ?1")?,
             shard,
-            shards_at_once: match self.schema_10 {
-                true => self.conn.query_row(
-                    "SELECT shards_at_once FROM runs WHERE run_id = ?1",
-                    [run_id],
-                    |r| r.get(0),
-                )?,
-                false => None,
-            },
+            shards_at_once,
             cost_usd: self.conn.query_row(
                 "SELECT sum(cost_usd) FROM calls WHERE run_id = ?1",
                 [run_id],
