@@ -229,26 +229,21 @@ fn copy_rows(
     run_id: Option<i64>,
     (states, batches, segments): (i64, i64, i64),
 ) -> Result<()> {
-    // A part written before schema 7 has no `row_payloads`.
-    let in_part: bool = conn.query_row(
-        "SELECT count(*) > 0 FROM part.sqlite_master WHERE type = 'table' AND name = ?1",
-        [table],
-        |r| r.get(0),
-    )?;
-    if !in_part {
-        return Ok(());
-    }
-    // (name, default) of each column.
+    // (name, default) of each column; none where the table is not there.
     let columns_of = |schema: &str| -> Result<Vec<(String, Option<String>)>> {
         Ok(conn
             .prepare(&format!("PRAGMA {schema}.table_info({table})"))?
             .query_map([], |r| Ok((r.get(1)?, r.get(4)?)))?
             .collect::<rusqlite::Result<_>>()?)
     };
+    // A part written by an earlier weir lacks the columns added since, and
+    // one written before schema 7 has no `row_payloads`.
+    let part_columns = columns_of("part")?;
+    if part_columns.is_empty() {
+        return Ok(());
+    }
     let (columns, defaults): (Vec<String>, Vec<Option<String>>) =
         columns_of("main")?.into_iter().unzip();
-    // A part written by an earlier weir lacks the columns added since.
-    let part_columns = columns_of("part")?;
     let values: Vec<String> = columns
         .iter()
         .zip(&defaults)
